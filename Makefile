@@ -1,0 +1,35 @@
+# The course's commands. Each creates .venv and installs what it needs on first use.
+#   make test      run the test suite (what CI runs)
+#   make nightly   execute every notebook headless and write a report under build/nightly/
+#   make lab       start JupyterLab on the course
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: test nightly lab bench clean-venv
+
+# torch is installed first with its exact pin, so no resolver ever picks another build:
+# on a CPU machine the pin takes the CPU wheel, on a GPU node the CUDA build from PyPI.
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q torch==2.13.0
+	$(BIN)/python -m pip install -q -e '.[course,test]'
+	touch $@
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+nightly: $(STAMP)
+	$(BIN)/labutils nightly $(NIGHTLY_ARGS)
+
+lab: $(STAMP)
+	$(BIN)/jupyter lab --notebook-dir=. $(if $(filter 0,$(shell id -u)),--allow-root,)
+
+bench: $(STAMP)
+	$(BIN)/python -m pip install -q -e '.[bench]'
+	$(BIN)/python bench/launch.py
+
+clean-venv:
+	rm -rf $(VENV)

@@ -1,0 +1,40 @@
+"""labutils: the helper package of the multi-GPU programming course.
+
+Run code on N ranks from a notebook cell::
+
+    import labutils
+    results = labutils.launch(fn, 4)            # one-shot: fn() on 4 ranks, results in rank order
+    with labutils.Pool(4) as pool:              # warm ranks, process group kept between calls
+        pool.run(fn)
+    %load_ext labutils                          # then a cell starting with %%distributed -n 4
+
+Importing labutils is cheap: torch is imported by the ranks, and by the kernel only when
+a module that needs it (bench, costmodel, ...) is imported.
+"""
+from labutils.errors import (
+    LaunchError,
+    RankDiedError,
+    RankError,
+    RankTimeoutError,
+)
+from labutils.launch import launch
+from labutils.pool import Pool, shutdown
+
+__all__ = [
+    "launch",
+    "Pool",
+    "shutdown",
+    "LaunchError",
+    "RankError",
+    "RankDiedError",
+    "RankTimeoutError",
+    "load_ipython_extension",
+]
+__version__ = "0.1.0"
+
+
+def load_ipython_extension(ipython):
+    """`%load_ext labutils`: registers the `%%distributed` cell magic."""
+    from labutils.magic import register
+
+    register(ipython)

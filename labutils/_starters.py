@@ -1,0 +1,236 @@
+"""How the caller creates rank processes, and learns when they end.
+
+Two starters share one interface (``spawn(specs) -> pids``, ``events_fileno()``,
+``read_events()``, ``exit_status(pid)``, ``kill(pids)``, ``close()``):
+
+- ``TemplateStarter`` (Linux): a template interpreter that imported torch once forks the
+  ranks, so a launch costs milliseconds after the first. The caller is never forked.
+- ``SpawnStarter`` (elsewhere, or ``LABUTILS_START_METHOD=spawn``): each rank is a fresh
+  interpreter; slower (every rank imports torch) but needs no fork.
+"""
+from __future__ import annotations
+
+import os
+import pickle
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+from labutils import _wire
+
+#: Seconds the template may take to import torch before we give up.
+TEMPLATE_START_TIMEOUT_S = 120.0
+
+
+def _child_environment() -> dict:
+    """The caller's environment plus what makes a rank start quietly and find labutils."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    env.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
+    # Count GPUs through NVML, so that nothing initialises CUDA before a fork.
+    env.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+class _ExitBook:
+    """Exit statuses by pid: (exitcode, signal) as reported by the starter."""
+
+    def __init__(self):
+        self.statuses: dict[int, tuple[int | None, int | None]] = {}
+
+    def exit_status(self, pid: int):
+        return self.statuses.get(pid)
+
+
+class TemplateStarter(_ExitBook):
+    def __init__(self):
+        super().__init__()
+        ours, theirs = socket.socketpair()
+        self._sock = ours
+        self._process = subprocess.Popen(
+            [sys.executable, "-m", "labutils._template", str(theirs.fileno())],
+            pass_fds=[theirs.fileno()],
+            env=_child_environment(),
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        theirs.close()
+        self._reader = _wire.FrameReader()
+        self._pending: list = []
+        hello = self._next_message(TEMPLATE_START_TIMEOUT_S, "hello")
+        self.torch_version, self.cuda_version, self.nccl_available = hello[2], hello[3], hello[4]
+
+    @property
+    def pid(self) -> int:
+        return self._process.pid
+
+    def alive(self) -> bool:
+        return self._process.poll() is None
+
+    def _next_message(self, timeout: float, kind: str):
+        """Block until a message of ``kind`` arrives; exit reports met on the way are booked."""
+        deadline = time.monotonic() + timeout
+        while True:
+            for i, message in enumerate(self._pending):
+                if message[0] == kind:
+                    return self._pending.pop(i)
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError(f"the rank template did not answer within {timeout:.0f} s")
+            self._sock.settimeout(remaining)
+            try:
+                data = self._sock.recv(1 << 16)
+            except socket.timeout:
+                continue
+            finally:
+                self._sock.settimeout(None)
+            if not data:
+                code = self._process.wait(timeout=5)
+                raise RuntimeError(f"the rank template exited unexpectedly (exit status {code})")
+            self._book(self._reader.feed(data))
+
+    def _book(self, messages) -> None:
+        for message in messages:
+            if message[0] == "exit":
+                self.statuses[message[1]] = (message[2], message[3])
+            else:
+                self._pending.append(message)
+
+    def spawn(self, specs: list[dict]) -> list[int]:
+        _wire.send(self._sock, ("spawn", specs))
+        return self._next_message(30.0, "spawned")[1]
+
+    def events_fileno(self) -> int:
+        return self._sock.fileno()
+
+    def read_events(self) -> None:
+        """Book the exit reports that have arrived; never blocks (readiness may be stale)."""
+        try:
+            data = self._sock.recv(1 << 16, socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            return
+        if not data:
+            raise RuntimeError("the rank template exited unexpectedly")
+        self._book(self._reader.feed(data))
+
+    def kill(self, pids, sig: int = signal.SIGKILL) -> None:
+        for pid in pids:
+            if pid in self.statuses:
+                continue
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+
+    def close(self) -> None:
+        """Stop the template; it kills every rank it started before exiting."""
+        try:
+            self._sock.close()
+        finally:
+            try:
+                self._process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+                self._process.wait()
+
+
+class SpawnStarter(_ExitBook):
+    torch_version = cuda_version = nccl_available = None
+
+    def __init__(self):
+        super().__init__()
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._processes: dict[int, subprocess.Popen] = {}
+        self._lock = threading.Lock()
+        self._reported: list[tuple] = []
+
+    def alive(self) -> bool:
+        return True
+
+    def _watch(self, process: subprocess.Popen) -> None:
+        code = process.wait()
+        status = (None, -code) if code < 0 else (code, None)
+        with self._lock:
+            self._reported.append((process.pid, status))
+        try:
+            self._wake_w.send(b"x")
+        except OSError:
+            pass
+
+    def spawn(self, specs: list[dict]) -> list[int]:
+        env = _child_environment()
+        pids = []
+        for spec in specs:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "labutils._worker"],
+                stdin=subprocess.PIPE,
+                env=env,
+                start_new_session=True,
+            )
+            process.stdin.write(pickle.dumps(dict(spec, parent_pid=os.getpid())))
+            process.stdin.close()
+            self._processes[process.pid] = process
+            threading.Thread(target=self._watch, args=(process,), daemon=True).start()
+            pids.append(process.pid)
+        return pids
+
+    def events_fileno(self) -> int:
+        return self._wake_r.fileno()
+
+    def read_events(self) -> None:
+        try:
+            self._wake_r.recv(4096, socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            pass
+        with self._lock:
+            reported, self._reported = self._reported, []
+        for pid, status in reported:
+            self.statuses[pid] = status
+            self._processes.pop(pid, None)
+
+    def kill(self, pids, sig: int = signal.SIGKILL) -> None:
+        for pid in pids:
+            process = self._processes.get(pid)
+            if process is not None and process.poll() is None:
+                process.send_signal(sig)
+
+    def close(self) -> None:
+        for process in list(self._processes.values()):
+            if process.poll() is None:
+                process.kill()
+            process.wait()
+        self._processes.clear()
+
+
+_starter = None
+_starter_lock = threading.Lock()
+
+
+def start_method() -> str:
+    """"template" on Linux unless LABUTILS_START_METHOD=spawn; "spawn" elsewhere."""
+    method = os.environ.get("LABUTILS_START_METHOD", "template" if sys.platform == "linux" else "spawn")
+    if method not in ("template", "spawn"):
+        raise ValueError(f"LABUTILS_START_METHOD must be 'template' or 'spawn', not {method!r}")
+    return method
+
+
+def get_starter():
+    """The process-wide starter, created on first use (and again if its template died)."""
+    global _starter
+    with _starter_lock:
+        if _starter is None or not _starter.alive():
+            _starter = TemplateStarter() if start_method() == "template" else SpawnStarter()
+        return _starter
+
+
+def close_starter() -> None:
+    """Stop the starter (and with it any rank it still has)."""
+    global _starter
+    with _starter_lock:
+        if _starter is not None:
+            _starter.close()
+            _starter = None

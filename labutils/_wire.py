@@ -1,0 +1,55 @@
+"""Length-prefixed pickled messages over a stream socket (kernel <-> template <-> ranks).
+
+A frame is a 4-byte big-endian length followed by that many bytes of ``pickle`` data.
+Payloads that may hold user code (functions, results) are cloudpickled by the caller
+and travel as ``bytes`` inside the message.
+"""
+from __future__ import annotations
+
+import pickle
+import socket
+import struct
+
+_HEADER = struct.Struct(">I")
+
+
+def send(sock: socket.socket, message) -> None:
+    """Send one message (any picklable object); blocks until written."""
+    data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+    sock.sendall(_HEADER.pack(len(data)) + data)
+
+
+def _recv_exactly(sock: socket.socket, n: int) -> bytes:
+    chunks = []
+    while n:
+        chunk = sock.recv(min(n, 1 << 20))
+        if not chunk:
+            raise EOFError("peer closed the connection")
+        chunks.append(chunk)
+        n -= len(chunk)
+    return b"".join(chunks)
+
+
+def recv(sock: socket.socket):
+    """Receive one message; raises EOFError when the peer has gone."""
+    (length,) = _HEADER.unpack(_recv_exactly(sock, _HEADER.size))
+    return pickle.loads(_recv_exactly(sock, length))
+
+
+class FrameReader:
+    """Incremental reader for a non-blocking socket: feed what arrived, take whole messages."""
+
+    def __init__(self):
+        self._buffer = bytearray()
+
+    def feed(self, data: bytes) -> list:
+        self._buffer += data
+        messages = []
+        while len(self._buffer) >= _HEADER.size:
+            (length,) = _HEADER.unpack_from(self._buffer)
+            end = _HEADER.size + length
+            if len(self._buffer) < end:
+                break
+            messages.append(pickle.loads(bytes(self._buffer[_HEADER.size:end])))
+            del self._buffer[:end]
+        return messages

@@ -1,0 +1,278 @@
+"""The rank side of the launcher: one process per rank, started by the template or by spawn.
+
+A rank connects three Unix-socket channels to the caller (control, stdout, stderr),
+points its file descriptors 1 and 2 at the output channels (so C++ and NCCL output is
+forwarded too), initialises the process group, then serves requests until told to exit:
+
+    ("run", call_id, payload, context)   payload = cloudpickle((fn, args, kwargs))
+    ("exec", call_id, source, filename)  a %%distributed cell, in this rank's namespace
+    ("exit",)
+
+and answers ("ok", call_id, result_bytes) or ("err", call_id, exc_bytes, traceback_text,
+type_name, message). On SIGUSR1 it writes every thread's Python stack to its stack file
+(faulthandler), which the caller reads when a rank is stuck.
+"""
+from __future__ import annotations
+
+import ast
+import ctypes
+import faulthandler
+import linecache
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+import traceback
+import warnings
+
+from labutils import _wire
+
+#: How often (s) a rank checks that the process that started it is still there.
+WATCHDOG_PERIOD_S = 0.5
+
+
+def _connect(path: str, token: str, rank: int, channel: str) -> socket.socket:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.connect(path)
+    _wire.send(sock, ("hello", token, rank, channel))
+    return sock
+
+
+def _redirect_output(out: socket.socket, err: socket.socket) -> None:
+    """Send fd 1 and 2 (C level and Python level) to the caller, line by line."""
+    os.dup2(out.fileno(), 1)
+    os.dup2(err.fileno(), 2)
+    sys.stdout = open(1, "w", buffering=1, encoding="utf-8", errors="replace", closefd=False)
+    sys.stderr = open(2, "w", buffering=1, encoding="utf-8", errors="replace", closefd=False)
+
+
+def _flush_all() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:
+            pass
+    try:
+        ctypes.CDLL(None).fflush(None)  # C stdio buffers (printf from extensions)
+    except Exception:
+        pass
+
+
+def _start_watchdog(parent_pid: int) -> None:
+    """Exit when the process that started this rank is gone (no orphaned ranks)."""
+
+    def watch():
+        while True:
+            time.sleep(WATCHDOG_PERIOD_S)
+            if os.getppid() != parent_pid:
+                os._exit(70)
+
+    threading.Thread(target=watch, name="labutils-watchdog", daemon=True).start()
+
+
+def _quiet_known_warnings() -> None:
+    """Silence torch.distributed deprecation chatter: nbgrader zeroes a cell with any stderr."""
+    warnings.filterwarnings("ignore", category=FutureWarning, module=r"torch\.distributed")
+    warnings.filterwarnings("ignore", category=UserWarning, module=r"torch\.distributed")
+
+
+def _init_process_group(spec: dict, ctrl: socket.socket):
+    """Rank 0 opens a TCPStore on a free port (chosen by the OS: no collisions); the caller
+    relays the port to the other ranks; everyone joins the process group."""
+    import datetime
+
+    import torch
+    import torch.distributed as dist
+
+    rank, world_size = spec["rank"], spec["world_size"]
+    timeout = datetime.timedelta(seconds=spec["pg_timeout_s"])
+    if spec["device_type"] == "cuda":
+        torch.cuda.set_device(spec["local_rank"])
+        device = torch.device("cuda", spec["local_rank"])
+    else:
+        device = torch.device("cpu")
+    if rank == 0:
+        store = dist.TCPStore("127.0.0.1", 0, world_size, True, timeout=timeout, wait_for_workers=False)
+        port = store.port
+        _wire.send(ctrl, ("port", port))
+    else:
+        message = _wire.recv(ctrl)
+        if message[0] != "port":
+            raise RuntimeError(f"expected the store's port, got {message[0]!r}")
+        port = message[1]
+        store = dist.TCPStore("127.0.0.1", port, world_size, False, timeout=timeout)
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(port)
+    kwargs = {"device_id": device} if spec["device_type"] == "cuda" else {}
+    dist.init_process_group(
+        spec["backend"], store=store, rank=rank, world_size=world_size, timeout=timeout, **kwargs
+    )
+    from labutils import rank as rank_info
+
+    rank_info.configure(device, spec["backend"])
+    return device, store
+
+
+def _to_cpu(obj):
+    """Move tensors in (nested) lists, tuples and dicts to the CPU, detached."""
+    import torch
+
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().cpu()
+    if isinstance(obj, dict):
+        return type(obj)((k, _to_cpu(v)) for k, v in obj.items()) if type(obj) is dict else obj
+    if isinstance(obj, tuple) and hasattr(obj, "_fields"):  # namedtuple
+        return type(obj)(*(_to_cpu(v) for v in obj))
+    if isinstance(obj, (list, tuple)) and type(obj) in (list, tuple):
+        return type(obj)(_to_cpu(v) for v in obj)
+    return obj
+
+
+def _user_traceback(exc: BaseException) -> str:
+    """The exception's traceback without this module's own frames."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
+        tb = tb.tb_next
+    return "".join(traceback.format_exception(type(exc), exc, tb))
+
+
+def _error_reply(call_id, exc: BaseException, context: str = "") -> tuple:
+    import cloudpickle
+
+    try:
+        exc_bytes = cloudpickle.dumps(exc)
+    except Exception:
+        exc_bytes = None
+    text = _user_traceback(exc)
+    if context:
+        text = f"{context}\n{text}"
+    return ("err", call_id, exc_bytes, text, f"{type(exc).__module__}.{type(exc).__qualname__}", str(exc))
+
+
+def _apply_context(context: dict | None) -> None:
+    """Follow the caller's working directory, sys.path and in-memory sources (notebook cells)."""
+    if not context:
+        return
+    if "cwd" in context:
+        try:
+            os.chdir(context["cwd"])
+        except OSError:
+            pass
+    if "sys_path" in context:
+        sys.path[:] = context["sys_path"]
+    for filename, entry in context.get("sources", {}).items():
+        linecache.cache[filename] = entry
+
+
+def _run_call(call_id, payload: bytes):
+    import cloudpickle
+
+    fn, args, kwargs = cloudpickle.loads(payload)
+    result = fn(*args, **kwargs)
+    try:
+        return ("ok", call_id, cloudpickle.dumps(_to_cpu(result)))
+    except Exception as exc:
+        raise TypeError(
+            f"the return value of {getattr(fn, '__name__', fn)!r} cannot be sent back to the caller: {exc}"
+        ) from exc
+
+
+def _exec_cell(call_id, source: str, filename: str, namespace: dict):
+    """Run a cell's source; like IPython, show the value of a final expression."""
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    tree = ast.parse(source, filename=filename)
+    last = None
+    if tree.body and isinstance(tree.body[-1], ast.Expr):
+        last = ast.Expression(tree.body.pop().value)
+    exec(compile(tree, filename, "exec"), namespace)
+    if last is not None:
+        value = eval(compile(last, filename, "eval"), namespace)
+        if value is not None:
+            print(repr(value))
+    return ("ok", call_id, None)
+
+
+def serve(spec: dict) -> None:
+    """Body of a rank process: connect, initialise, serve requests, exit."""
+    ctrl = _connect(spec["listen_path"], spec["token"], spec["rank"], "ctrl")
+    out = _connect(spec["listen_path"], spec["token"], spec["rank"], "out")
+    err = _connect(spec["listen_path"], spec["token"], spec["rank"], "err")
+    _redirect_output(out, err)
+    stack_file = open(spec["stack_file"], "w")
+    faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=True)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    _start_watchdog(spec["parent_pid"])
+    _quiet_known_warnings()
+    os.environ.update(
+        RANK=str(spec["rank"]),
+        WORLD_SIZE=str(spec["world_size"]),
+        LOCAL_RANK=str(spec["local_rank"]),
+        LOCAL_WORLD_SIZE=str(spec["world_size"]),
+        OMP_NUM_THREADS=str(spec["num_threads"]),
+    )
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(spec["num_threads"])
+    _wire.send(ctrl, ("started", os.getpid(), threading.main_thread().ident))
+    try:
+        device, _store = _init_process_group(spec, ctrl)
+    except BaseException as exc:
+        _flush_all()
+        _wire.send(ctrl, _error_reply(None, exc, "the process group could not be initialised:"))
+        os._exit(1)
+    _wire.send(ctrl, ("ready",))
+    namespace = {
+        "__name__": "__main__",
+        "__builtins__": __builtins__,
+        "rank": spec["rank"],
+        "world_size": spec["world_size"],
+        "device": device,
+        "dist": dist,
+        "torch": torch,
+    }
+    while True:
+        try:
+            message = _wire.recv(ctrl)
+        except EOFError:
+            os._exit(0)  # the caller has gone
+        kind = message[0]
+        if kind == "exit":
+            break
+        call_id = message[1]
+        try:
+            if kind == "run":
+                _apply_context(message[3])
+                reply = _run_call(call_id, message[2])
+            elif kind == "exec":
+                _apply_context(message[4])
+                reply = _exec_cell(call_id, message[2], message[3], namespace)
+            else:
+                raise RuntimeError(f"unknown request {kind!r}")
+        except BaseException as exc:  # KeyboardInterrupt and SystemExit are reported too
+            reply = _error_reply(call_id, exc)
+        _flush_all()
+        _wire.send(ctrl, reply)
+    try:
+        dist.destroy_process_group()
+    except Exception:
+        pass
+    _flush_all()
+    os._exit(0)
+
+
+def main() -> None:
+    """Entry point of a rank started as a fresh interpreter: the spec arrives on stdin."""
+    import pickle
+
+    spec = pickle.loads(sys.stdin.buffer.read())
+    try:
+        serve(spec)
+    finally:
+        os._exit(1)
+
+
+if __name__ == "__main__":
+    main()

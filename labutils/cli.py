@@ -1,0 +1,63 @@
+"""The `labutils` command: one subcommand per module, loaded only when used.
+
+Each subcommand module defines ``add_arguments(parser)`` and ``main(args) -> int``.
+Errors a user can fix (bad arguments, missing files) are printed as one line, exit status 2.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+#: subcommand -> (module, one-line help)
+SUBCOMMANDS = {
+    "doctor": ("labutils.doctor", "print the environment: Python, torch, CUDA, NCCL, GPUs, topology, backend"),
+    "bench": ("labutils.bench_cli", "benchmark a collective in nccl-tests' layout (works under torchrun)"),
+    "model": ("labutils.model_cli", "answer a cost-model question: zero, bubble, comm, roofline"),
+    "run": ("labutils.multinode", "run module:function on every rank under torchrun (multi-node)"),
+    "nightly": ("labutils.nightly", "execute every notebook with papermill and write a report"),
+    "grade": ("labutils.grade_cli", "autograde a folder of lab submissions with nbgrader"),
+}
+
+
+class UsageError(Exception):
+    """A mistake in the command line the user can fix; printed as one line."""
+
+
+def build_parser(available: dict) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="labutils", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (module, help_text) in available.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        module.add_arguments(p)
+        p.set_defaults(_module=module)
+    return parser
+
+
+def _available_subcommands(only: str | None) -> dict:
+    found = {}
+    for name, (module_name, help_text) in SUBCOMMANDS.items():
+        if only is not None and name != only:
+            continue
+        try:
+            found[name] = (importlib.import_module(module_name), help_text)
+        except ModuleNotFoundError as exc:
+            if exc.name != module_name:  # the module exists but a dependency is missing
+                raise
+    return found
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    # Import only the module of the subcommand asked for, so `labutils model` stays fast.
+    only = argv[0] if argv and argv[0] in SUBCOMMANDS else None
+    parser = build_parser(_available_subcommands(only))
+    args = parser.parse_args(argv)
+    if not getattr(args, "command", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args._module.main(args) or 0)
+    except UsageError as exc:
+        print(f"labutils {args.command}: error: {exc}", file=sys.stderr)
+        return 2

@@ -1,0 +1,104 @@
+"""Run the course's rank functions under torchrun, on one node or several.
+
+The functions given to ``labutils.launch`` run unchanged under torchrun, which starts the
+processes itself (one agent per node, c10d rendezvous)::
+
+    torchrun --nnodes 2 --nproc-per-node 4 --rdzv-backend c10d \\
+             --rdzv-endpoint HEAD_NODE:29400 --rdzv-id myjob \\
+             -m labutils run mymodule:train --args '[10]' --output results.pt
+
+Each process initialises the default process group from torchrun's environment (NCCL
+when it has a GPU of its own, gloo otherwise), calls ``train(10)``, and rank 0 saves the
+list of every rank's result (gathered with ``all_gather_object``) to ``--output``.
+"""
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import json
+import os
+import sys
+
+from labutils.cli import UsageError
+
+_TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("target", help="module:function (or path/to/file.py:function) to run on every rank")
+    parser.add_argument("--args", default="[]", help="JSON list of positional arguments")
+    parser.add_argument("--kwargs", default="{}", help="JSON object of keyword arguments")
+    parser.add_argument("--backend", default="auto", choices=["auto", "gloo", "nccl"])
+    parser.add_argument("--output", help="rank 0 saves every rank's result here (torch.save)")
+
+
+def load_target(target: str):
+    """Resolve ``module:function`` or ``file.py:function`` to the function."""
+    if ":" not in target:
+        raise UsageError(f"target must look like module:function, got {target!r}")
+    where, name = target.rsplit(":", 1)
+    if where.endswith(".py"):
+        if not os.path.exists(where):
+            raise UsageError(f"no such file: {where}")
+        spec = importlib.util.spec_from_file_location("_labutils_target", where)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    else:
+        sys.path.insert(0, os.getcwd())
+        try:
+            module = importlib.import_module(where)
+        except ImportError as exc:
+            raise UsageError(f"cannot import {where!r}: {exc}") from None
+    fn = getattr(module, name, None)
+    if not callable(fn):
+        raise UsageError(f"{where} has no function {name!r}")
+    return fn
+
+
+def init_from_environment(backend: str = "auto"):
+    """Initialise the default process group from torchrun's variables; return the device."""
+    import torch
+    import torch.distributed as dist
+
+    from labutils import rank as rank_info
+
+    missing = [v for v in _TORCHRUN_VARS if v not in os.environ]
+    if missing:
+        raise UsageError(f"not started by torchrun (missing {', '.join(missing)}); "
+                         "use `torchrun ... -m labutils run module:function`")
+    local_rank = int(os.environ["LOCAL_RANK"])
+    if backend == "auto":
+        local_world = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+        backend = "nccl" if torch.cuda.is_available() and torch.cuda.device_count() >= local_world else "gloo"
+    if backend == "nccl":
+        torch.cuda.set_device(local_rank)
+        device = torch.device("cuda", local_rank)
+    else:
+        device = torch.device("cpu")
+    if not dist.is_initialized():
+        dist.init_process_group(backend)
+    rank_info.configure(device, backend)
+    return device
+
+
+def main(args) -> int:
+    import torch
+    import torch.distributed as dist
+
+    try:
+        call_args, call_kwargs = json.loads(args.args), json.loads(args.kwargs)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"--args/--kwargs must be JSON: {exc}") from None
+    fn = load_target(args.target)
+    init_from_environment(args.backend)
+    try:
+        result = fn(*call_args, **call_kwargs)
+        if isinstance(result, torch.Tensor):
+            result = result.detach().cpu()
+        gathered = [None] * dist.get_world_size()
+        dist.all_gather_object(gathered, result)
+        if dist.get_rank() == 0 and args.output:
+            torch.save(gathered, args.output)
+    finally:
+        dist.destroy_process_group()
+    return 0

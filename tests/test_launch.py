@@ -1,0 +1,356 @@
+"""labutils.launch and labutils.Pool on gloo/CPU: results, environment, and every failure mode."""
+from __future__ import annotations
+
+import linecache
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import pytest
+import torch
+import torch.distributed as dist
+
+import labutils
+from labutils import RankDiedError, RankError, RankTimeoutError
+from labutils.backend import BackendUnavailableError
+
+from conftest import descendants, wait_until_gone
+
+pytestmark = pytest.mark.usefixtures("no_leftover_processes")
+
+
+_cells = iter(range(1, 10_000))
+
+
+def _notebook_style(source: str, name: str):
+    """Define code as IPython does for a cell: in ``__main__`` (so pickled by value), its
+    source kept only in linecache under a name with no file behind it."""
+    source = textwrap.dedent(source)
+    filename = f"<ipython-input-{next(_cells)}>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    namespace = {"__name__": "__main__"}
+    exec(compile(source, filename, "exec"), namespace)
+    return namespace[name]
+
+
+# ----- results and environment --------------------------------------------------------
+
+def test_launch_returns_per_rank_results_in_rank_order():
+    def work(offset):
+        t = torch.tensor([float(dist.get_rank() + offset)])
+        dist.all_reduce(t)
+        return dist.get_rank(), t
+
+    results = labutils.launch(work, 4, 10)
+    assert [r for r, _ in results] == [0, 1, 2, 3]
+    for _, t in results:
+        assert t.device.type == "cpu"
+        assert t.item() == 0 + 1 + 2 + 3 + 4 * 10
+
+
+def test_cell_defined_functions_and_classes_travel_by_value():
+    make = _notebook_style(
+        """
+        import torch
+        import torch.distributed as dist
+
+        class Accumulator:
+            def __init__(self, start):
+                self.value = torch.tensor([start])
+            def add_everyones(self):
+                dist.all_reduce(self.value)
+                return self
+
+        def use_class(start):
+            return Accumulator(start).add_everyones().value.item()
+        """,
+        "use_class",
+    )
+    assert labutils.launch(make, 2, 3.0) == [6.0, 6.0]
+
+
+def test_each_rank_gets_its_environment_and_a_fair_thread_count():
+    def env():
+        return {k: os.environ[k] for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}, \
+            torch.get_num_threads(), str(labutils.rank.device())
+
+    results = labutils.launch(env, 2)
+    cores = len(os.sched_getaffinity(0))
+    for r, (variables, threads, device) in enumerate(results):
+        assert variables["RANK"] == str(r) and variables["LOCAL_RANK"] == str(r)
+        assert variables["WORLD_SIZE"] == "2" and variables["MASTER_ADDR"] == "127.0.0.1"
+        assert 1024 <= int(variables["MASTER_PORT"]) < 65536
+        assert threads == max(1, cores // 2)
+        assert device == "cpu"
+    assert results[0][0]["MASTER_PORT"] == results[1][0]["MASTER_PORT"]
+
+
+def test_launch_after_a_parallel_torch_op_in_the_caller():
+    # Forking a process that ran a parallel op hangs the child: the caller is never forked.
+    a = torch.randn(1024, 1024)
+    (a @ a).sum()
+    assert labutils.launch(dist.get_world_size, 2, timeout=30) == [2, 2]
+
+
+def test_pool_keeps_ranks_and_state_between_calls():
+    def remember(value):
+        import builtins
+
+        builtins._labutils_test_value = value
+        return os.getpid()
+
+    def recall():
+        import builtins
+
+        return builtins._labutils_test_value, os.getpid()
+
+    with labutils.Pool(2) as pool:
+        pids = pool.run(remember, "kept")
+        assert pool.run(recall) == [("kept", pids[0]), ("kept", pids[1])]
+        assert pool.pids() == pids
+
+
+def test_rank_output_is_prefixed_and_separated(capsys):
+    def speak():
+        print(f"hello from {dist.get_rank()}")
+        print("careful", file=sys.stderr)
+        os.write(1, b"from C level\n")
+
+    labutils.launch(speak, 2)
+    out, err = capsys.readouterr()
+    for r in (0, 1):
+        assert f"[rank {r}] hello from {r}" in out
+        assert f"[rank {r}] from C level" in out
+        assert f"[rank {r}] careful" in err
+    assert "careful" not in out
+
+
+def test_exec_cell_keeps_a_namespace_per_rank(capsys):
+    with labutils.Pool(2) as pool:
+        pool.exec_cell("x = torch.ones(1) * rank\ndist.all_reduce(x)")
+        pool.exec_cell("x.item() + rank")
+    out = capsys.readouterr().out
+    assert "[rank 0] 1.0" in out and "[rank 1] 2.0" in out
+
+
+# ----- failures --------------------------------------------------------------------
+
+def test_exception_on_one_rank_is_reraised_quickly_with_its_traceback():
+    def fails_on_rank_1():
+        if dist.get_rank() == 1:
+            raise ValueError("bad shape on this rank")
+        dist.all_reduce(torch.ones(1))  # the others wait for rank 1 forever
+
+    start = time.monotonic()
+    with pytest.raises(ValueError, match="bad shape on this rank") as info:
+        labutils.launch(fails_on_rank_1, 4, timeout=60)
+    assert time.monotonic() - start < 2.0
+    assert info.value.rank == 1
+    assert "fails_on_rank_1" in info.value.remote_traceback  # remote traceback, with source lines
+    assert 'raise ValueError("bad shape on this rank")' in info.value.remote_traceback
+    assert any("rank 1 of 4" in note for note in info.value.__notes__)
+
+
+def test_exception_that_cannot_be_rebuilt_becomes_rank_error():
+    def raises_unpicklable():
+        class Local(Exception):
+            def __reduce__(self):
+                raise TypeError("no pickling")
+
+        raise Local("custom failure")
+
+    with pytest.raises(RankError, match="custom failure") as info:
+        labutils.launch(raises_unpicklable, 2)
+    assert info.value.rank == 0
+
+
+def test_same_error_on_every_rank_keeps_the_pool(capsys):
+    with labutils.Pool(2) as pool:
+        pids = pool.pids() or pool.run(os.getpid)
+        with pytest.raises(NameError) as info:
+            pool.exec_cell("undefined_name + 1")
+        assert any("rank 1 also raised this error" in n for n in info.value.__notes__)
+        assert pool.run(os.getpid) == pids  # nothing was restarted
+
+
+@pytest.mark.parametrize(
+    "how, exitcode, sig",
+    [
+        ("os._exit(3)", 3, None),
+        ("os.kill(os.getpid(), signal.SIGKILL)", None, signal.SIGKILL),
+        ("ctypes.string_at(0)", None, signal.SIGSEGV),
+    ],
+)
+def test_a_rank_that_dies_is_reported_with_its_exit_code_or_signal(how, exitcode, sig):
+    fn = _notebook_style(
+        f"""
+        import ctypes, os, signal
+        import torch, torch.distributed as dist
+        def die():
+            if dist.get_rank() == 1:
+                {how}
+            dist.all_reduce(torch.ones(1))
+        """,
+        "die",
+    )
+    start = time.monotonic()
+    with labutils.Pool(3) as pool:
+        with pytest.raises(RankDiedError) as info:
+            pool.run(fn, timeout=60)
+        assert time.monotonic() - start < 5.0
+        assert info.value.rank == 1
+        assert info.value.exitcode == exitcode and info.value.signal == sig
+        assert "rank 1 died" in str(info.value)
+        assert pool.run(dist.get_world_size) == [3, 3, 3]  # restarted by itself
+
+
+def test_a_skipped_collective_times_out_naming_the_stuck_ranks():
+    def skip_on_rank_0():
+        if dist.get_rank() != 0:
+            dist.all_reduce(torch.ones(1))
+
+    start = time.monotonic()
+    with pytest.raises(RankTimeoutError) as info:
+        labutils.launch(skip_on_rank_0, 3, timeout=2)
+    elapsed = time.monotonic() - start
+    assert isinstance(info.value, TimeoutError)
+    assert 2.0 <= elapsed < 6.0
+    assert info.value.ranks == [1, 2]
+    for r in (1, 2):
+        assert "skip_on_rank_0" in info.value.stacks[r]
+        assert "all_reduce" in info.value.stacks[r]
+    assert "ranks 1, 2 did not finish" in str(info.value)
+
+
+def test_a_rank_spinning_in_python_times_out_with_its_stack():
+    spin = _notebook_style(
+        """
+        import torch.distributed as dist
+        def spin():
+            while dist.get_rank() == 1:
+                pass
+        """,
+        "spin",
+    )
+    with labutils.Pool(2) as pool:
+        with pytest.raises(RankTimeoutError) as info:
+            pool.run(spin, timeout=1.5)
+        assert info.value.ranks == [1]
+        assert "in spin" in info.value.stacks[1]
+        assert "while dist.get_rank() == 1:" in info.value.stacks[1]
+        assert pool.run(dist.get_rank) == [0, 1]
+
+
+def test_interrupt_stops_every_rank_within_3_seconds():
+    with labutils.Pool(2) as pool:
+        pids = pool.run(os.getpid)
+        timer = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT))
+        timer.start()
+        start = time.monotonic()
+        with pytest.raises(KeyboardInterrupt):
+            pool.run(time.sleep, 30)
+        assert not wait_until_gone(pids, timeout=3.0 - (time.monotonic() - start))
+        assert len(pool.run(os.getpid)) == 2
+
+
+def test_ranks_exit_when_their_caller_is_killed(tmp_path):
+    script = tmp_path / "caller.py"
+    script.write_text(textwrap.dedent(
+        """
+        import os, sys, time, labutils
+        pool = labutils.Pool(2)
+        print(*pool.run(os.getpid), flush=True)
+        time.sleep(600)
+        """
+    ))
+    caller = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    try:
+        line = caller.stdout.readline()
+        while line.startswith("labutils:"):  # the backend announcement
+            line = caller.stdout.readline()
+        rank_pids = [int(p) for p in line.split()]
+        family = descendants(caller.pid)
+        assert set(rank_pids) <= family
+    finally:
+        caller.kill()
+        caller.wait()
+    assert not wait_until_gone(family, timeout=5.0)
+
+
+def test_two_pools_at_once_never_collide():
+    def port_and_sum():
+        t = torch.ones(1)
+        dist.all_reduce(t)
+        return int(os.environ["MASTER_PORT"]), t.item()
+
+    with labutils.Pool(2) as a, labutils.Pool(2) as b:
+        ra, rb = a.run(port_and_sum), b.run(port_and_sum)
+    assert [s for _, s in ra] == [2.0, 2.0] and [s for _, s in rb] == [2.0, 2.0]
+    assert ra[0][0] != rb[0][0]
+
+
+# ----- bad arguments: a clear error, and nothing started ---------------------------------
+
+@pytest.mark.parametrize(
+    "call, error, message",
+    [
+        (lambda: labutils.launch(print, 0), ValueError, "world_size must be at least 1"),
+        (lambda: labutils.launch(print, "2"), TypeError, "world_size must be an int"),
+        (lambda: labutils.launch(print, 2, backend="mpi"), ValueError, "unknown backend 'mpi'"),
+        (lambda: labutils.launch("print", 2), TypeError, "fn must be callable"),
+        (lambda: labutils.launch(print, 2, threading.Lock()), TypeError, "argument 0 .* cannot be sent"),
+        (lambda: labutils.launch(print, 2, timeout=-1), ValueError, "timeout must be a positive"),
+        (lambda: labutils.launch(print, 2, backend="nccl"), BackendUnavailableError, "needs one GPU per rank"),
+        (lambda: labutils.Pool(0), ValueError, "world_size must be at least 1"),
+    ],
+)
+def test_bad_arguments_fail_before_anything_starts(call, error, message):
+    before = descendants()
+    with pytest.raises(error, match=message):
+        call()
+    assert descendants() - before == set()
+
+
+# ----- other ways to start ranks ---------------------------------------------------------
+
+@pytest.mark.slow
+def test_spawn_start_method_works_without_fork(tmp_path):
+    env = dict(os.environ, LABUTILS_START_METHOD="spawn")
+    code = "import labutils, rankfns; print(labutils.launch(rankfns.rank_sum, 2, 5))"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         cwd=os.path.dirname(__file__), timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "'sum': 5.0" in out.stdout
+
+
+@pytest.mark.slow
+def test_torchrun_two_nodes_on_localhost(tmp_path):
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    output = tmp_path / "results.pt"
+    torchrun = [sys.executable, "-m", "torch.distributed.run"]
+    common = ["--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d",
+              "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "labutils-test",
+              "-m", "labutils", "run", "rankfns:rank_sum", "--args", "[3]", "--backend", "gloo"]
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(__file__) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    agents = [
+        subprocess.Popen(torchrun + common + (["--output", str(output)] if i == 0 else []),
+                         env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        for i in range(2)
+    ]
+    try:
+        logs = [a.communicate(timeout=180)[0] for a in agents]
+    finally:
+        for a in agents:
+            a.kill()
+    assert [a.returncode for a in agents] == [0, 0], "\n".join(logs)
+    results = torch.load(output)
+    assert sorted(r["rank"] for r in results) == [0, 1]
+    assert all(r["sum"] == 3.0 and r["world_size"] == 2 for r in results)
