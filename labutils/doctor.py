@@ -1,0 +1,184 @@
+"""`labutils doctor`: what this environment can run, in one screen (or as JSON).
+
+    labutils doctor           # Python, torch, CUDA, NCCL, GPUs, topology, backend choice, CPUs, packages
+    labutils doctor --json    # the same as a JSON object (the nightly report embeds it)
+
+From a notebook: ``labutils.doctor.environment()`` (a dict) or ``environment_text()``.
+"""
+from __future__ import annotations
+
+import json
+import platform
+import sys
+from importlib import metadata
+
+from labutils import hardware
+from labutils.backend import choose_backend
+from labutils.topology import format_cpu_list
+
+#: distributions whose versions the report lists ("not installed" when missing)
+PACKAGES = ("jupyterlab", "nbgrader", "papermill", "ipywidgets", "matplotlib", "nvidia-ml-py")
+#: world sizes for which the report says what backend="auto" would pick
+WORLD_SIZES = (2, 4, 8)
+NOT_INSTALLED = "not installed"
+
+
+def package_versions(names=PACKAGES) -> dict[str, str]:
+    """``{distribution: version}``, "not installed" for those missing."""
+    versions = {}
+    for name in names:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = NOT_INSTALLED
+    return versions
+
+
+def torch_versions() -> dict:
+    """torch, the CUDA it was built with, whether CUDA works here, the NCCL and gloo backends.
+
+    NCCL's version is asked only when CUDA is available (``torch.cuda.nccl.version()``).
+    """
+    try:
+        import torch
+        import torch.distributed as dist
+    except ImportError:
+        return {"torch": NOT_INSTALLED, "cuda": None, "cuda_available": False, "nccl": None, "gloo": False}
+    cuda_available = torch.cuda.is_available()
+    nccl = None
+    if cuda_available and dist.is_nccl_available():
+        version = torch.cuda.nccl.version()
+        nccl = ".".join(str(part) for part in version) if isinstance(version, tuple) else str(version)
+    return {
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "cuda_available": cuda_available,
+        "nccl": nccl,
+        "gloo": dist.is_gloo_available(),
+    }
+
+
+def environment() -> dict:
+    """The whole report as a JSON-ready dict: python, torch, gpus, topology, backend, cpu, packages.
+
+    Memory in bytes; ``backend`` maps each world size (as a string) to the choice of
+    ``backend="auto"`` and its reason.
+    """
+    gpus = hardware.gpu_report()
+    cpu = hardware.cpu_info()
+    topology, topology_reason = hardware.live_topology_and_reason()
+    return {
+        "python": {"version": platform.python_version(), "executable": sys.executable},
+        "platform": platform.platform(),
+        "torch": torch_versions(),
+        "gpus": {
+            "count": len(gpus.gpus),
+            "visible": gpus.visible_gpus,
+            "driver": gpus.driver_version,
+            "cuda_driver": gpus.cuda_driver_version,
+            "reason": gpus.reason,
+            "devices": [_gpu_dict(gpu) for gpu in gpus.gpus],
+        },
+        "topology": topology.summary().splitlines() if topology is not None else None,
+        "topology_reason": topology_reason,
+        "backend": {
+            str(world_size): _backend_dict(world_size, gpus.visible_gpus) for world_size in WORLD_SIZES
+        },
+        "cpu": {
+            "model": cpu.model,
+            "logical_cpus": cpu.logical_cpus,
+            "physical_cores": cpu.physical_cores,
+            "sockets": cpu.sockets,
+            "usable_cpus": len(cpu.usable_cpus),
+            "numa_nodes": [
+                {"node": node.node_id, "cpus": format_cpu_list(node.cpus), "memory_bytes": node.memory_bytes}
+                for node in cpu.numa_nodes
+            ],
+        },
+        "packages": package_versions(),
+    }
+
+
+def _gpu_dict(gpu: hardware.GpuInfo) -> dict:
+    return {
+        "index": gpu.index,
+        "name": gpu.name,
+        "memory_total_bytes": gpu.memory_total_bytes,
+        "compute_capability": ".".join(map(str, gpu.compute_capability)) if gpu.compute_capability else None,
+        "pci_bus_id": gpu.pci_bus_id,
+        "pcie_max": _pcie(gpu.pcie_generation_max, gpu.pcie_width_max),
+        "pcie_current": _pcie(gpu.pcie_generation_current, gpu.pcie_width_current),
+        "nvlinks_up": gpu.nvlinks_up,
+        "numa_node": gpu.numa_node,
+        "cpus": format_cpu_list(gpu.cpus),
+    }
+
+
+def _pcie(generation: int | None, width: int | None) -> str | None:
+    return f"Gen{generation} x{width}" if generation is not None and width is not None else None
+
+
+def _backend_dict(world_size: int, gpu_count: int) -> dict:
+    choice = choose_backend("auto", world_size, gpu_count=gpu_count)
+    return {"backend": choice.backend, "device_type": choice.device_type, "reason": choice.reason}
+
+
+def environment_text(env: dict | None = None) -> str:
+    """:func:`environment` as text for people, one fact per line."""
+    env = environment() if env is None else env
+    torch_info, gpus, cpu = env["torch"], env["gpus"], env["cpu"]
+    lines = [
+        f"Python      {env['python']['version']} ({env['python']['executable']})",
+        f"Platform    {env['platform']}",
+        f"torch       {torch_info['torch']}",
+        f"CUDA        {_cuda_text(torch_info)}",
+        f"NCCL        {torch_info['nccl'] or 'not available (needs CUDA)'}",
+        f"gloo        {'available' if torch_info['gloo'] else 'not available'}",
+    ]
+    if gpus["devices"]:
+        lines.append(
+            f"GPUs        {gpus['count']} (driver {gpus['driver']}, supports CUDA {gpus['cuda_driver']}; "
+            f"{gpus['visible']} visible to CUDA)"
+        )
+        for gpu in gpus["devices"]:
+            memory = f"{gpu['memory_total_bytes'] / hardware.GB:.1f} GB" if gpu["memory_total_bytes"] else "? GB"
+            lines.append(
+                f"  GPU{gpu['index']}  {gpu['name']}, {memory}, compute capability {gpu['compute_capability']}, "
+                f"PCIe {gpu['pcie_max']}, NVLinks up {gpu['nvlinks_up']}, NUMA node {gpu['numa_node']}, "
+                f"CPUs {gpu['cpus'] or '?'}"
+            )
+    else:
+        lines.append(f"GPUs        {gpus['reason']}")
+    topology = env["topology"] or [env["topology_reason"]]
+    lines.extend(f"{'Topology' if i == 0 else '':<12}{line}" for i, line in enumerate(topology))
+    lines.extend(
+        f"{'Backend' if i == 0 else '':<12}auto with {world_size} ranks -> {choice['backend']} ({choice['reason']})"
+        for i, (world_size, choice) in enumerate(env["backend"].items())
+    )
+    lines.append(
+        f"CPU         {cpu['model']}: {cpu['logical_cpus']} logical CPUs, "
+        f"{cpu['physical_cores'] or '?'} cores, {cpu['usable_cpus']} usable"
+    )
+    for node in cpu["numa_nodes"]:
+        memory = f", {node['memory_bytes'] / hardware.GB:.1f} GB" if node["memory_bytes"] else ""
+        lines.append(f"  NUMA node {node['node']}: CPUs {node['cpus']}{memory}")
+    width = max(len(name) for name in env["packages"])
+    lines.append("Packages")
+    lines.extend(f"  {name:<{width}}  {version}" for name, version in env["packages"].items())
+    return "\n".join(lines)
+
+
+def _cuda_text(torch_info: dict) -> str:
+    if torch_info["cuda"] is None:
+        return "none (CPU build of torch)" if torch_info["torch"] != NOT_INSTALLED else "unknown (torch not installed)"
+    return f"{torch_info['cuda']} ({'available' if torch_info['cuda_available'] else 'built for, but no usable GPU'})"
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--json", action="store_true", help="print the report as one JSON object")
+
+
+def main(args) -> int:
+    env = environment()
+    print(json.dumps(env, indent=2) if args.json else environment_text(env))
+    return 0
