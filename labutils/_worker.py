@@ -48,16 +48,21 @@ def _redirect_output(out: socket.socket, err: socket.socket) -> None:
     sys.stderr = open(2, "w", buffering=1, encoding="utf-8", errors="replace", closefd=False)
 
 
+try:
+    _libc_fflush = ctypes.CDLL(None).fflush
+except (OSError, AttributeError):
+    _libc_fflush = None
+
+
 def _flush_all() -> None:
+    """Flush Python's and C stdio's buffers (printf from extensions) before answering."""
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
         except Exception:
             pass
-    try:
-        ctypes.CDLL(None).fflush(None)  # C stdio buffers (printf from extensions)
-    except Exception:
-        pass
+    if _libc_fflush is not None:
+        _libc_fflush(None)
 
 
 def _start_watchdog(parent_pid: int) -> None:
