@@ -1,0 +1,58 @@
+"""The NCCL paths of the launcher: run on a GPU node (skipped, with the reason, elsewhere)."""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.distributed as dist
+
+import labutils
+from labutils.backend import choose_backend, visible_gpu_count
+
+pytestmark = pytest.mark.usefixtures("no_leftover_processes")
+GPUS = visible_gpu_count()
+
+
+def _rank_device_and_sum():
+    device = labutils.rank.device()
+    t = torch.ones(1, device=device) * dist.get_rank()
+    dist.all_reduce(t)
+    return str(device), dist.get_backend(), t
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(GPUS < 1, reason="needs a CUDA GPU (none visible)")
+def test_nccl_single_gpu_launch():
+    [(device, backend, t)] = labutils.launch(_rank_device_and_sum, 1, backend="nccl")
+    assert device == "cuda:0" and backend == "nccl"
+    assert t.device.type == "cpu" and t.item() == 0.0
+
+
+@pytest.mark.multigpu
+@pytest.mark.skipif(GPUS < 2, reason=f"needs at least 2 CUDA GPUs ({GPUS} visible)")
+def test_auto_picks_nccl_with_one_gpu_per_rank():
+    n = min(GPUS, 4)
+    assert choose_backend("auto", n).backend == "nccl"
+    results = labutils.launch(_rank_device_and_sum, n)
+    assert [d for d, _, _ in results] == [f"cuda:{r}" for r in range(n)]
+    assert all(b == "nccl" and t.item() == sum(range(n)) for _, b, t in results)
+
+
+@pytest.mark.multigpu
+@pytest.mark.skipif(GPUS < 2, reason=f"needs at least 2 CUDA GPUs ({GPUS} visible)")
+def test_nccl_hang_times_out_and_pool_recovers():
+    def skip_on_rank_0():
+        if dist.get_rank() != 0:
+            dist.all_reduce(torch.ones(1, device=labutils.rank.device()))
+        torch.cuda.synchronize()
+
+    with labutils.Pool(2, backend="nccl") as pool:
+        with pytest.raises(labutils.RankTimeoutError) as info:
+            pool.run(skip_on_rank_0, timeout=5)
+        assert info.value.ranks == [1]
+        assert pool.run(dist.get_rank) == [0, 1]
+
+
+def test_auto_falls_back_to_gloo_with_too_few_gpus():
+    choice = choose_backend("auto", 4, gpu_count=2)
+    assert choice.backend == "gloo" and "4 ranks asked but only 2 GPU(s) visible" in choice.reason
+    assert choose_backend("auto", 2, gpu_count=0).reason == "gloo on CPU: no CUDA GPU visible"
