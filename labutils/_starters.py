@@ -227,6 +227,11 @@ def get_starter():
         return _starter
 
 
+def current_starter():
+    """The process-wide starter if one exists (without creating one)."""
+    return _starter
+
+
 def close_starter() -> None:
     """Stop the starter (and with it any rank it still has)."""
     global _starter

@@ -27,6 +27,7 @@ class DistributedMagics(Magics):
     def __init__(self, shell):
         super().__init__(shell)
         self.pool: Pool | None = None
+        self._backend_asked: str | None = None
 
     def _pool_for(self, world_size: int, backend: str, timeout: float | None) -> Pool:
         if self.pool is not None and (self.pool.world_size, self._backend_asked) != (world_size, backend):

@@ -174,6 +174,7 @@ class Pool:
         self._calls = itertools.count()
         self._sent_context: dict = {}
         self._cells = itertools.count(1)
+        self._starter = None
         self.restarts = 0
         _live_pools.add(self)
 
@@ -193,8 +194,19 @@ class Pool:
         state = "running" if self.started else "stopped"
         return f"<labutils.Pool world_size={self.world_size} backend={self.backend} {state}>"
 
+    def _healthy(self) -> bool:
+        """Whether the running ranks can take a call: template alive, no rank gone."""
+        return (
+            self._starter is _starters.current_starter()
+            and self._starter.alive()
+            and all(not r.ctrl_closed and self._starter.exit_status(r.pid) is None for r in self._ranks)
+        )
+
     def start(self) -> None:
-        """Start the ranks and initialise their process group (no-op when running)."""
+        """Start the ranks and initialise their process group (no-op when running and healthy)."""
+        if self.started and not self._healthy():
+            self._kill()  # e.g. the template was killed: start afresh
+            self.restarts += 1
         if self.started:
             return
         __tracebackhide__ = True
@@ -298,7 +310,7 @@ class Pool:
 
     def _kill(self) -> None:
         """Kill every rank, wait until the starter has seen them exit, release resources."""
-        if getattr(self, "_starter", None) is not None and self._ranks:
+        if self._starter is not None and self._ranks:
             pids = [r.pid for r in self._ranks if r.pid]
             self._starter.kill(pids)
             deadline = time.monotonic() + 5.0

@@ -354,3 +354,16 @@ def test_torchrun_two_nodes_on_localhost(tmp_path):
     results = torch.load(output)
     assert sorted(r["rank"] for r in results) == [0, 1]
     assert all(r["sum"] == 3.0 and r["world_size"] == 2 for r in results)
+
+
+def test_pool_recovers_when_the_template_is_killed():
+    from labutils import _starters
+
+    with labutils.Pool(2) as pool:
+        pool.run(os.getpid)
+        template = _starters.current_starter()
+        if not isinstance(template, _starters.TemplateStarter):
+            pytest.skip("ranks are not forked from a template here")
+        os.kill(template.pid, signal.SIGKILL)
+        template._process.wait()
+        assert pool.run(dist.get_world_size) == [2, 2]
