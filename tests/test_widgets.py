@@ -1,0 +1,147 @@
+"""labutils.widgets: each dashboard reacts to its controls (readout and picture change)."""
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import ipywidgets  # noqa: E402
+import pytest  # noqa: E402
+
+from labutils import costmodel, schedules, strategy, widgets  # noqa: E402
+from labutils.roofline import DEVICES  # noqa: E402
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def png(dashboard) -> bytes:
+    """The dashboard's picture as bytes (ipywidgets keeps it as a memoryview)."""
+    return bytes(dashboard.image.value)
+
+
+def test_gpu_menu_lists_only_gpus_with_a_capacity():
+    options = dict((key, label) for label, key in widgets.gpu_memory_options())
+    assert options["h100"] == "H100 SXM (80 GB)"
+    assert options["h200"] == "H200 SXM (141 GB)"
+    assert all(DEVICES[key].memory_bytes for key in options)
+    assert set(options) == {key for key, device in DEVICES.items() if device.memory_bytes}
+
+
+# ----------------------------------------------------------------------------- pipelines
+
+
+def test_pipeline_explorer_follows_m():
+    explorer = widgets.pipeline_explorer("gpipe", num_stages=4, num_microbatches=4)
+    assert isinstance(explorer, ipywidgets.VBox)
+    assert png(explorer).startswith(PNG_SIGNATURE)
+    assert "42.9% of total rank-time" in explorer.readout.value  # 3/7
+    before_readout, before_image = explorer.readout.value, png(explorer)
+
+    explorer.controls["m"].value = 12
+    assert "20.0% of total rank-time" in explorer.readout.value  # 3/15
+    assert "(p-1)/m = 25.0% relative to the ideal time" in explorer.readout.value
+    assert explorer.readout.value != before_readout
+    assert png(explorer) != before_image and png(explorer).startswith(PNG_SIGNATURE)
+
+
+def test_pipeline_explorer_readout_matches_the_simulation():
+    explorer = widgets.pipeline_explorer("1f1b", num_stages=3, num_microbatches=6, backward_ratio=3.0)
+    timeline = schedules.simulate(schedules.build_schedule("1f1b", 3, 6), 1.0, 3.0)
+    assert f"{timeline.bubble_fraction():.1%} of total rank-time" in explorer.readout.value
+    assert str(timeline.peak_in_flight()) in explorer.readout.value  # [3, 2, 1]
+    explorer.controls["schedule"].value = "gpipe"
+    assert "[6, 6, 6]" in explorer.readout.value  # GPipe holds every microbatch
+
+
+def test_pipeline_explorer_chunks_only_for_interleaved():
+    explorer = widgets.pipeline_explorer("1f1b", num_stages=4, num_microbatches=8, num_chunks=2)
+    assert explorer.controls["v"].disabled
+    one_f_one_b = explorer.readout.value
+    explorer.controls["v"].value = 3  # ignored by 1f1b
+    assert explorer.readout.value == one_f_one_b
+
+    explorer.controls["schedule"].value = "interleaved_1f1b"
+    assert not explorer.controls["v"].disabled
+    assert "(p-1)/(v m) = 12.5% relative to the ideal time" in explorer.readout.value  # 3 / (3 x 8)
+    explorer.controls["v"].value = 2
+    assert "(p-1)/(v m) = 18.8% relative to the ideal time" in explorer.readout.value  # 3 / (2 x 8)
+
+
+def test_pipeline_explorer_shows_model_errors_in_the_readout():
+    explorer = widgets.pipeline_explorer("interleaved_1f1b", num_stages=4, num_microbatches=8)
+    explorer.controls["m"].value = 6
+    assert "multiple of num_stages" in explorer.readout.value
+    assert png(explorer) == b""
+    explorer.controls["m"].value = 12
+    assert "bubble measured" in explorer.readout.value and png(explorer).startswith(PNG_SIGNATURE)
+
+
+# ----------------------------------------------------------------------------- ZeRO
+
+
+def test_zero_calculator_stage_and_gpu_change_the_verdict():
+    calculator = widgets.zero_calculator(num_params=7.5e9, world_size=64, stage=0, gpu="h100")
+    assert "does not fit" in calculator.readout.value
+    assert "120.0 GB of 80 GB" in calculator.readout.value
+    first_image = png(calculator)
+
+    calculator.controls["stage"].value = 1
+    assert "fits" in calculator.readout.value and "does not fit" not in calculator.readout.value
+    assert "31.4 GB of 80 GB" in calculator.readout.value
+    assert png(calculator) != first_image
+
+    calculator.controls["gpu"].value = "h200"
+    assert "31.4 GB of 141 GB" in calculator.readout.value
+
+
+def test_zero_calculator_follows_parameters_and_world_size():
+    calculator = widgets.zero_calculator(num_params=1e9, world_size=8, stage=3)
+    expected = costmodel.zero_memory(1e9, 8, 3).total / 1e9
+    assert f"{expected:.1f} GB of 80 GB" in calculator.readout.value  # 16 x 1e9 / 8 = 2.0 GB
+    calculator.controls["N"].value = 16
+    assert "1.0 GB of 80 GB" in calculator.readout.value
+    calculator.controls["params"].value = 1e11
+    assert "100.0 GB of 80 GB" in calculator.readout.value and "does not fit" in calculator.readout.value
+
+
+# ----------------------------------------------------------------------------- strategy
+
+
+def test_strategy_chooser_shows_the_suggestion_and_reasons():
+    chooser = widgets.strategy_chooser(num_params=70e9, gpus_per_node=8, num_nodes=4, gpu="h100")
+    expected = strategy.suggest(70e9, 32, 8, DEVICES["h100"].memory_bytes, intra_node="nvlink",
+                                inter_node_GBps=50.0)
+    assert chooser.suggestion == expected
+    assert f"TP = {expected.tp} x PP = {expected.pp} x DP = {expected.dp}" in chooser.readout.value
+    assert chooser.readout.value.count("<li>") == len(expected.reasons)
+    assert chooser.image is None
+
+
+def test_strategy_chooser_reacts_to_model_size_and_links():
+    chooser = widgets.strategy_chooser(num_params=1e9, gpus_per_node=8, num_nodes=1)
+    small = chooser.suggestion
+    assert (small.tp, small.pp, small.dp) == (1, 1, 8)  # fits one GPU: data parallel only
+
+    chooser.controls["params"].value = 70e9
+    assert chooser.suggestion != small
+    assert "TP = 1 x PP = 1 x DP = 8" not in chooser.readout.value
+
+    chooser.controls["params"].value = 300e9
+    chooser.controls["intra_node"].value = "pcie"
+    assert chooser.suggestion.tp == 1  # no tensor parallelism over PCIe
+    assert "PCIe" in chooser.readout.value
+
+
+def test_bad_starting_values_are_clear_errors():
+    with pytest.raises(ValueError, match="schedule must be one of naive, gpipe"):
+        widgets.pipeline_explorer("zb-h1")
+    with pytest.raises(ValueError, match="num_stages must be between 2 and 8, got 16"):
+        widgets.pipeline_explorer(num_stages=16)
+    with pytest.raises(ValueError, match="world_size must be one of 1, 2, 4"):
+        widgets.zero_calculator(world_size=48)
+    with pytest.raises(ValueError, match="gpu must be one of .*h100.*; got 'tpu'"):
+        widgets.zero_calculator(gpu="tpu")
+    with pytest.raises(ValueError, match="num_params must be between"):
+        widgets.strategy_chooser(num_params=1e15)
+    with pytest.raises(ValueError, match="intra_node must be one of nvlink, pcie"):
+        widgets.strategy_chooser(intra_node="infiniband")
