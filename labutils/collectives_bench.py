@@ -41,9 +41,10 @@ OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", 
 REDOPS = ("sum", "prod", "max", "min", "avg")
 _REDUCE_OP_NAMES = {"sum": "SUM", "prod": "PRODUCT", "max": "MAX", "min": "MIN", "avg": "AVG"}
 TIME_ACROSS_RANKS = ("avg", "max", "min", "rank0")
-#: nccl-tests' defaults (reference sheet): 20 timed iterations, 1 warm-up, check on.
+#: nccl-tests' defaults (its README, -n and -w): 20 timed iterations, 5 warm-up, check on.
+#: (reference.md says 1 warm-up; the nccl-tests README says 5.)
 DEFAULT_ITERS = 20
-DEFAULT_WARMUP = 1
+DEFAULT_WARMUP = 5
 
 _LAUNCH_OPTIONS = ("iters", "warmup", "dtype", "redop", "root", "check", "time_across_ranks")
 _REDUCING_OPS = ("all_reduce", "reduce_scatter")

@@ -79,7 +79,8 @@ DEVICES: dict[str, Device] = {
         peak_flops={"fp16": 125e12},
         mem_bandwidth=900e9,
         source=_DATASHEETS,
-        notes="Volta has FP16 tensor cores and no BF16",
+        notes="Volta has FP16 tensor cores and no BF16; 32 GB variant (a 16 GB one exists)",
+        memory_bytes=32e9,
         nvlink_bidirectional=300e9,
     ),
     "a100": Device(
@@ -114,7 +115,9 @@ DEVICES: dict[str, Device] = {
         peak_flops={"bf16": 2250e12, "fp16": 2250e12},
         mem_bandwidth=8e12,
         source=_DATASHEETS,
-        notes="4,500 TFLOP/s is the 2:4-sparse figure",
+        notes="4,500 TFLOP/s is the 2:4-sparse figure; 180 GB per GPU from the DGX B200 "
+        "user guide (1,440 GB for 8 GPUs)",
+        memory_bytes=180e9,
         nvlink_bidirectional=1.8e12,
     ),
 }

@@ -135,7 +135,7 @@ def _reasons(num_params, num_gpus, node, gpu_memory_bytes, budget, intra_node, i
     gb = lambda nbytes: f"{nbytes / GB:.1f} GB"  # noqa: E731
     reasons = []
     what = "model states and activations" if with_activations else "model states"
-    if zero == 0 and tp * pp == 1:
+    if zero == 0 and tp * pp == 1 and memory(1, 1, 0) <= budget:
         reasons.append(f"The {what} fit one GPU ({gb(memory(1, 1, 0))} of {gb(gpu_memory_bytes)}): "
                        f"plain data parallelism, one gradient all-reduce per step.")
     else:

@@ -74,7 +74,7 @@ def test_layout_follows_nccl_tests_buffer_sizes():
 
 def _record(op="all_gather", size=1024, count=128, oop=(12.5, 0.08, 0.04, 0), ip=(150.0, 0.01, 0.005, 0)):
     record = {"op": op, "world_size": 2, "backend": "gloo", "device": "cpu", "size": size, "count": count,
-              "type": "float", "redop": "none", "root": -1, "iters": 20, "warmup": 1, "time_across_ranks": "avg"}
+              "type": "float", "redop": "none", "root": -1, "iters": 20, "warmup": 5, "time_across_ranks": "avg"}
     for mode, values in (("oop", oop), ("ip", ip)):
         for key, value in zip(("time_us", "algbw", "busbw", "wrong"), values or (None,) * 4):
             record[f"{mode}_{key}"] = value
