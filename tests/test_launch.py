@@ -367,3 +367,15 @@ def test_pool_recovers_when_the_template_is_killed():
         os.kill(template.pid, signal.SIGKILL)
         template._process.wait()
         assert pool.run(dist.get_world_size) == [2, 2]
+
+
+def test_two_processes_launching_at_once_never_collide(tmp_path):
+    code = ("import labutils, rankfns\n"
+            "for _ in range(3):\n"
+            "    assert [r['sum'] for r in labutils.launch(rankfns.rank_sum, 2, 1)] == [1.0, 1.0]\n"
+            "print('ok')\n")
+    notebooks = [subprocess.Popen([sys.executable, "-c", code], cwd=os.path.dirname(__file__),
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for _ in range(2)]
+    outputs = [p.communicate(timeout=120)[0] for p in notebooks]
+    assert [p.returncode for p in notebooks] == [0, 0], outputs
+    assert all(out.strip().endswith("ok") for out in outputs)
