@@ -20,7 +20,7 @@ from labutils.cli import UsageError
 
 
 def add_arguments(parser) -> None:
-    from labutils.collectives_bench import DEFAULT_ITERS, DEFAULT_WARMUP, OPS, REDOPS, TIME_ACROSS_RANKS
+    from labutils.collectives_bench import DEFAULT_ITERS, DEFAULT_WARMUP, OPS, REDOPS, STATS, TIME_ACROSS_RANKS
 
     parser.add_argument("op", help=f"the collective: {', '.join(OPS)}")
     parser.add_argument("--world-size", type=int, default=None,
@@ -36,6 +36,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("-c", "--check", type=int, default=1, choices=(0, 1), help="check results (#wrong)")
     parser.add_argument("-a", "--average", default="avg", choices=TIME_ACROSS_RANKS,
                         help="combine the ranks' times: avg (nccl-tests' default), max, min or rank0")
+    parser.add_argument("--stat", default="mean", choices=STATS,
+                        help="time over iterations: mean (nccl-tests), median or min (steadier on a busy CPU)")
     parser.add_argument("--backend", default="auto", choices=("auto", "gloo", "nccl"))
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds before started ranks are stopped")
     parser.add_argument("--json", action="store_true", help="print the records as JSON instead of the table")
@@ -43,7 +45,8 @@ def add_arguments(parser) -> None:
 
 def _options(args) -> dict:
     return {"iters": args.iters, "warmup": args.warmup_iters, "dtype": args.dtype, "redop": args.redop,
-            "root": args.root, "check": bool(args.check), "time_across_ranks": args.average}
+            "root": args.root, "check": bool(args.check), "time_across_ranks": args.average,
+            "stat": args.stat}
 
 
 def _under_torchrun() -> bool:

@@ -18,8 +18,12 @@ Definitions (NVIDIA/nccl-tests, doc/PERFORMANCE.md and src/*.cu):
   elements; sizes whose share is zero elements are skipped.
 - ``count`` is the element count passed to the collective: per-rank for all_gather and
   reduce_scatter, per peer for all_to_all.
-- time: mean of ``iters`` timed calls on each rank, then averaged over ranks (nccl-tests'
-  default ``-a 1``; ``time_across_ranks`` picks "max", "min" or "rank0" instead).
+- time: by default the mean of ``iters`` timed calls on each rank (the loop's time over
+  ``iters``, as nccl-tests), then averaged over ranks (nccl-tests' default ``-a 1``;
+  ``time_across_ranks`` picks "max", "min" or "rank0" instead). ``stat`` "median" or
+  "min" times each call on its own and takes the median or the fastest: on a loaded CPU
+  a few stalls dominate the mean, and the median shows the typical call. The record's
+  ``stat`` field and the table's header say which was used.
 - algbw = S / time; busbw = algbw x 2(n-1)/n (all_reduce), (n-1)/n (all_gather,
   reduce_scatter, all_to_all) or 1 (broadcast, sendrecv). GB/s = 1e9 B/s.
 - #wrong: elements that differ from the known answer after one call on known inputs,
@@ -41,12 +45,14 @@ OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", 
 REDOPS = ("sum", "prod", "max", "min", "avg")
 _REDUCE_OP_NAMES = {"sum": "SUM", "prod": "PRODUCT", "max": "MAX", "min": "MIN", "avg": "AVG"}
 TIME_ACROSS_RANKS = ("avg", "max", "min", "rank0")
+#: how one rank's ``iters`` call times become one time: nccl-tests' mean, or median / min
+STATS = ("mean", "median", "min")
 #: nccl-tests' defaults (its README, -n and -w): 20 timed iterations, 5 warm-up, check on.
 #: (reference.md says 1 warm-up; the nccl-tests README says 5.)
 DEFAULT_ITERS = 20
 DEFAULT_WARMUP = 5
 
-_LAUNCH_OPTIONS = ("iters", "warmup", "dtype", "redop", "root", "check", "time_across_ranks")
+_LAUNCH_OPTIONS = ("iters", "warmup", "dtype", "redop", "root", "check", "time_across_ranks", "stat")
 _REDUCING_OPS = ("all_reduce", "reduce_scatter")
 _ROOTED_OPS = ("broadcast",)
 _MODES = ("oop", "ip")
@@ -129,7 +135,7 @@ def _check_op(op: str) -> None:
 
 
 def _check_options(op, world_size, dtype="float", redop="sum", root=0, time_across_ranks="avg",
-                   iters=DEFAULT_ITERS, warmup=DEFAULT_WARMUP, check=True):
+                   iters=DEFAULT_ITERS, warmup=DEFAULT_WARMUP, check=True, stat="mean"):
     """Validate ``run_collective_bench``'s options (no process group needed); return the torch dtype."""
     from labutils.bench import resolve_dtype
 
@@ -151,6 +157,8 @@ def _check_options(op, world_size, dtype="float", redop="sum", root=0, time_acro
         raise ValueError(f"root must be a rank between 0 and {world_size - 1}, got {root}")
     if time_across_ranks not in TIME_ACROSS_RANKS:
         raise ValueError(f"time_across_ranks must be one of {', '.join(TIME_ACROSS_RANKS)}, got {time_across_ranks!r}")
+    if stat not in STATS:
+        raise ValueError(f"stat must be one of {', '.join(STATS)} (the time over iterations), got {stat!r}")
     return torch_dtype
 
 
@@ -331,19 +339,37 @@ def _total_over_ranks(value: int, device) -> int:
     return int(t.item())
 
 
-def _time_mode(case: _Case, mode: str, iters: int, how: str) -> float:
-    """Seconds per call: one untimed call, barrier, ``iters`` calls, synchronise; combined over ranks."""
+def _time_mode(case: _Case, mode: str, iters: int, how: str, stat: str = "mean") -> float:
+    """Seconds per call on this rank, combined over ranks (``how``).
+
+    One untimed call, a barrier, then ``iters`` calls. "mean": the whole loop is timed
+    and divided by ``iters`` (nccl-tests). "median" / "min": each call is timed on its own,
+    synchronising the device after each (on a GPU this removes the overlap between
+    consecutive calls that the mean keeps), and the median or fastest is kept.
+    """
+    import statistics
+
     import torch.distributed as dist
 
     run = case.call(mode)
     run()
     _synchronize(case.device)
     dist.barrier()
-    start = time.perf_counter()
-    for _ in range(iters):
-        run()
-    _synchronize(case.device)
-    return _across_ranks((time.perf_counter() - start) / iters, how, case.device)
+    if stat == "mean":
+        start = time.perf_counter()
+        for _ in range(iters):
+            run()
+        _synchronize(case.device)
+        seconds = (time.perf_counter() - start) / iters
+    else:
+        per_call = []
+        for _ in range(iters):
+            start = time.perf_counter()
+            run()
+            _synchronize(case.device)
+            per_call.append(time.perf_counter() - start)
+        seconds = statistics.median(per_call) if stat == "median" else min(per_call)
+    return _across_ranks(seconds, how, case.device)
 
 
 def _check_mode(case: _Case, mode: str) -> int:
@@ -368,13 +394,16 @@ def _default_device():
 
 def run_collective_bench(op: str, min_bytes=8, max_bytes="1M", factor: int = 2, *, iters: int = DEFAULT_ITERS,
                          warmup: int = DEFAULT_WARMUP, dtype="float", redop: str = "sum", root: int = 0,
-                         check: bool = True, time_across_ranks: str = "avg", device=None) -> list[dict]:
+                         check: bool = True, time_across_ranks: str = "avg", stat: str = "mean",
+                         device=None) -> list[dict]:
     """Benchmark ``op`` on the default process group, every size from ``min_bytes`` to ``max_bytes``.
 
     Call it on every rank (it is collective). Sizes take nccl-tests' syntax ("8", "64K",
     "1G"; K = 1024). ``dtype``: "float", "half", "bfloat16", "double", "int32", ... (or a
     torch dtype). ``redop`` applies to all_reduce and reduce_scatter, ``root`` to
-    broadcast. ``device`` defaults to this rank's GPU under NCCL, the CPU under gloo.
+    broadcast. ``stat``: "mean" (nccl-tests), "median" or "min" of the ``iters`` call
+    times on each rank, before ``time_across_ranks`` combines the ranks.
+    ``device`` defaults to this rank's GPU under NCCL, the CPU under gloo.
     Returns one dict per size (the same list on every rank); see the module docstring.
     """
     import torch
@@ -386,7 +415,7 @@ def run_collective_bench(op: str, min_bytes=8, max_bytes="1M", factor: int = 2, 
         raise RuntimeError("run_collective_bench needs an initialised process group: "
                            "call it through labutils.launch / collective_bench, or under torchrun")
     world_size, rank = dist.get_world_size(), dist.get_rank()
-    torch_dtype = _check_options(op, world_size, dtype, redop, root, time_across_ranks, iters, warmup, check)
+    torch_dtype = _check_options(op, world_size, dtype, redop, root, time_across_ranks, iters, warmup, check, stat)
     device = _default_device() if device is None else torch.device(device)
     sizes = message_sizes(min_bytes, max_bytes, factor)
     rows = [layout(op, s, torch_dtype.itemsize, world_size) for s in sizes]
@@ -412,13 +441,13 @@ def run_collective_bench(op: str, min_bytes=8, max_bytes="1M", factor: int = 2, 
             "size": lay.size, "count": lay.count, "type": type_name,
             "redop": redop if op in _REDUCING_OPS else "none",
             "root": root if op in _ROOTED_OPS else -1,
-            "iters": iters, "warmup": warmup, "time_across_ranks": time_across_ranks,
+            "iters": iters, "warmup": warmup, "time_across_ranks": time_across_ranks, "stat": stat,
         }
         for mode in _MODES:
             time_us = algbw = busbw = wrong = None
             if case.supports(mode):
                 case.initialise(mode)
-                seconds = _time_mode(case, mode, iters, time_across_ranks)
+                seconds = _time_mode(case, mode, iters, time_across_ranks, stat)
                 time_us = seconds * 1e6
                 algbw, busbw = bandwidths(op, lay.size, seconds, world_size)
                 wrong = _check_mode(case, mode) if check else None
@@ -433,8 +462,8 @@ def collective_bench(op: str, world_size: int = 2, min_bytes=8, max_bytes="1M", 
     """Run ``run_collective_bench`` on ``world_size`` new ranks (or on a ``labutils.Pool``'s ranks).
 
     ``options`` are ``run_collective_bench``'s keywords but ``device`` (each rank uses its
-    own): iters, warmup, dtype, redop, root, check, time_across_ranks. ``timeout``: seconds before the ranks are stopped. Returns
-    rank 0's records.
+    own): iters, warmup, dtype, redop, root, check, time_across_ranks, stat.
+    ``timeout``: seconds before the ranks are stopped. Returns rank 0's records.
     """
     if pool is not None:
         world_size = pool.world_size
@@ -482,7 +511,7 @@ def _header(first: dict, group: list[dict]) -> list[str]:
         f"backend {first['backend']} ({first.get('device', '?')})",
         f"# sizes {group[0]['size']} to {group[-1]['size']} B, warmup iters: {first.get('warmup', '?')} "
         f"iters: {first.get('iters', '?')} validation: {int(any(r[f'{m}_wrong'] is not None for r in group for m in _MODES))} "
-        f"time: {first.get('time_across_ranks', 'avg')} over ranks",
+        f"time: {first.get('stat', 'mean')} over iters, {first.get('time_across_ranks', 'avg')} over ranks",
     ]
     for mode in missing:
         label = "out-of-place" if mode == "oop" else "in-place"
@@ -512,7 +541,7 @@ def format_nccl_tests(records: list[dict]) -> str:
         raise ValueError("no records to format: every requested size was smaller than one element per rank")
     groups: dict[tuple, list[dict]] = {}
     for r in records:
-        key = (r["op"], r["world_size"], r["backend"], r["type"], r["redop"], r["root"])
+        key = (r["op"], r["world_size"], r["backend"], r["type"], r["redop"], r["root"], r.get("stat", "mean"))
         groups.setdefault(key, []).append(r)
     lines = []
     for group in groups.values():
@@ -554,14 +583,23 @@ def alpha_beta_points(records: list[dict], mode: str | None = None) -> tuple[lis
     return [r["size"] for r in measured], [r[f"{mode}_time_us"] * 1e-6 for r in measured]
 
 
-def fit_alpha_beta(records: list[dict], algorithm: str = "ring", mode: str | None = None):
+def fit_alpha_beta(records: list[dict], algorithm: str | None = None, mode: str | None = None, *,
+                   weighting: str = "absolute"):
     """``labutils.costmodel.fit_alpha_beta`` on one benchmark's records: alpha (s) and beta (s/B).
 
     The op and world size come from the records; ``algorithm`` is the cost model's
-    ("ring", "rabenseifner", ... for all_reduce). all_to_all and sendrecv have no cost
-    formula there (ValueError).
+    ("ring", "rabenseifner", ... for all_reduce; "pairwise" for all_to_all;
+    "point_to_point" for sendrecv); by default the op's first in
+    ``costmodel.COLLECTIVE_ALGORITHMS`` (ring for all_reduce, all_gather, reduce_scatter
+    and broadcast).
+    ``weighting`` "relative" fits relative errors, which gets alpha right from a sweep that
+    starts at a few bytes (see ``costmodel.fit_alpha_beta``).
     """
     from labutils import costmodel
 
     sizes, times = alpha_beta_points(records, mode)
-    return costmodel.fit_alpha_beta(sizes, times, records[0]["op"], algorithm, world_size=records[0]["world_size"])
+    op = records[0]["op"]
+    if algorithm is None:
+        algorithm = costmodel.COLLECTIVE_ALGORITHMS[op][0]
+    return costmodel.fit_alpha_beta(sizes, times, op, algorithm, world_size=records[0]["world_size"],
+                                    weighting=weighting)

@@ -9,11 +9,14 @@ Quick use from a notebook::
     cm.comm_volume("tp", layers=96, hidden=12288, seq_len=2048, micro_batch_size=1, tp_size=8)
     cm.zero_memory_table(7.5e9, 64)           # DDP and ZeRO stages 1-3, bytes per GPU
     cm.fit_alpha_beta(sizes, times, world_size=4)   # alpha (s) and beta (s/B) from measurements
+    cm.expert_capacity(tokens=4096, num_experts=8, top_k=2, capacity_factor=1.25)  # tokens per expert
 
 Sources: the collective formulas are MPICH's (Thakur, Rabenseifner, Gropp, "Optimization of
 collective communication operations in MPICH", IJHPCA 2005; files named per function), ZeRO
 is arXiv:1910.02054, MFU is PaLM (arXiv:2204.02311, appendix B), the Megatron-LM tensor
-parallel pattern is arXiv:1909.08053 and the pipeline schedules arXiv:2104.04473.
+parallel pattern is arXiv:1909.08053, the pipeline schedules arXiv:2104.04473 and the
+mixture-of-experts capacity and load-balancing loss the Switch Transformer's
+(arXiv:2101.03961; Megatron-LM moe_utils.py).
 
 Volumes are per device, not summed over devices: the step time is set by what one device
 has to push through its own link (seed 003, section 11). ``total_bytes_per_step`` is the
@@ -32,6 +35,8 @@ COLLECTIVE_ALGORITHMS = {
     "all_gather": ("ring",),
     "reduce_scatter": ("ring",),
     "broadcast": ("ring", "binomial_tree"),
+    "all_to_all": ("pairwise", "ring"),
+    "sendrecv": ("point_to_point",),
 }
 
 
@@ -83,7 +88,19 @@ def collective_time(
     binary_tree                                                                    (NVIDIA blog, NCCL 2.4)
     broadcast binomial_tree lg p (a + n b)                                         MPICH (Thakur et al. 2005)
     broadcast ring          (p-1) a + n b                                          APPROXIMATION: pipelined ring
+    all_to_all pairwise     (p-1) a + (p-1)/p n b                                  MPICH alltoall_intra_pairwise.c
+    (or ring)                                                                      (Thakur et al. 2005)
+    sendrecv                a + n b                                                one message (Hockney's model)
+    point_to_point
     ======================  =====================================================  ==================================
+
+    For all_to_all, ``nbytes`` is one rank's send buffer (nccl-tests' size column): it
+    keeps n/p for itself and sends n/p to each of the p-1 others, one partner per step.
+    "ring" and "pairwise" name the same schedule here (step k: send to rank + k, receive
+    from rank - k; MPICH's pairwise exchange uses rank XOR k when p is a power of two);
+    it is not a store-and-forward ring, which would move more bytes. For sendrecv,
+    ``nbytes`` is the message; every rank sends one to its neighbour at once (nccl-tests'
+    sendrecv), so the time is that of one message. One rank alone sends nothing (0 s).
 
     ``lg p`` is rounded up to a whole number of steps when p is not a power of two
     (MPICH then adds a fix-up step; the formulas above are exact for powers of two only).
@@ -112,6 +129,10 @@ def collective_time(
         return (p - 1) * alpha + share * n * beta
     if op == "reduce_scatter":
         return (p - 1) * alpha + share * n * beta + share * n * gamma
+    if op == "all_to_all":
+        return (p - 1) * alpha + share * n * beta
+    if op == "sendrecv":
+        return alpha + n * beta if p > 1 else 0.0
     if op == "broadcast":
         if algorithm == "binomial_tree":
             return steps * (alpha + n * beta)
@@ -129,7 +150,8 @@ def ring_bytes_per_rank(op: str, nbytes: float, world_size: int) -> float:
     """Bytes each rank sends (and receives as many) in a ring collective on an ``nbytes`` buffer.
 
     all_reduce 2(p-1)/p n (the lower bound, hence nccl-tests' busbw factor),
-    all_gather and reduce_scatter (p-1)/p n, broadcast n (pipelined, every link carries it).
+    all_gather, reduce_scatter and all_to_all (p-1)/p n, broadcast n (pipelined, every
+    link carries it), sendrecv n (the message).
     """
     if op not in COLLECTIVE_ALGORITHMS:
         raise _choice_error("op", op, COLLECTIVE_ALGORITHMS)
@@ -139,7 +161,8 @@ def ring_bytes_per_rank(op: str, nbytes: float, world_size: int) -> float:
     if p == 1:
         return 0.0
     factor = {"all_reduce": 2 * (p - 1) / p, "all_gather": (p - 1) / p,
-              "reduce_scatter": (p - 1) / p, "broadcast": 1.0}[op]
+              "reduce_scatter": (p - 1) / p, "all_to_all": (p - 1) / p, "broadcast": 1.0,
+              "sendrecv": 1.0}[op]
     return factor * nbytes
 
 
@@ -508,13 +531,18 @@ def scaling_efficiency(throughput_n: float, n: int, throughput_1: float) -> floa
 # --------------------------------------------------------------------------------------
 
 
+#: how :func:`fit_alpha_beta` weighs the points: errors in seconds, or relative errors (1/t^2)
+FIT_WEIGHTINGS = ("absolute", "relative")
+
+
 @dataclass(frozen=True)
 class AlphaBetaFit:
     """A least-squares fit of the alpha-beta model to measured collective times.
 
     ``alpha`` seconds per message, ``beta`` seconds per byte, ``bandwidth_GBps`` = 1/beta
     in GB/s (for a ring all-reduce this is the bus bandwidth, nccl-tests' busbw), ``r2`` the
-    coefficient of determination of the fit.
+    coefficient of determination of the fit, in the ``weighting`` it was fitted with
+    ("absolute": on seconds; "relative": weighted by 1/t^2, i.e. on relative errors).
     """
 
     alpha: float
@@ -524,6 +552,7 @@ class AlphaBetaFit:
     op: str = "all_reduce"
     algorithm: str = "ring"
     world_size: int = 2
+    weighting: str = "absolute"
 
     def predict(self, nbytes: float) -> float:
         """Seconds the fitted model gives for a buffer of ``nbytes`` bytes."""
@@ -537,12 +566,19 @@ def fit_alpha_beta(
     algorithm: str = "ring",
     *,
     world_size: int,
+    weighting: str = "absolute",
 ) -> AlphaBetaFit:
     """Fit alpha (s) and beta (s/B) to measured (size in bytes, seconds) points.
 
     The model time is linear in alpha and beta, t = A alpha + B(n) beta, with A and B(n)
     taken from :func:`collective_time` for ``op``/``algorithm`` on ``world_size`` ranks
     (gamma is folded into beta). Least squares with both constrained to be >= 0.
+
+    ``weighting``: "absolute" minimises the sum of squared errors in seconds, so the
+    largest messages dominate and alpha (the small-message time) can come out far off;
+    "relative" minimises the sum of squared relative errors ((fit - t) / t)^2, i.e.
+    weights 1/t^2, so a 10 us error on a 20 us point counts as much as 10 ms on 20 ms:
+    use it when alpha matters (a sweep from 8 B up). Every time must then be > 0.
     """
     sizes = [float(s) for s in sizes_bytes]
     times = [float(t) for t in times_s]
@@ -553,18 +589,27 @@ def fit_alpha_beta(
     _check_positive_int(world_size=world_size)
     if world_size < 2:
         raise ValueError("fit_alpha_beta needs world_size >= 2 (one rank communicates nothing)")
+    if weighting not in FIT_WEIGHTINGS:
+        raise _choice_error("weighting", weighting, FIT_WEIGHTINGS)
     for s, t in zip(sizes, times):
         _check_nonnegative(size=s, time=t)
+    if weighting == "relative" and min(times) <= 0:
+        raise ValueError("weighting='relative' divides by each time: every time must be > 0 seconds")
     a_coef = [collective_time(op, algorithm, s, world_size, alpha=1.0, beta=0.0) for s in sizes]
     b_coef = [collective_time(op, algorithm, s, world_size, alpha=0.0, beta=1.0) for s in sizes]
-    alpha, beta = _nonnegative_least_squares_2(a_coef, b_coef, times)
+    # Weighted least squares: scaling row i by sqrt(w_i) = 1/t_i minimises sum w_i (fit_i - t_i)^2.
+    scale = [1.0 / t for t in times] if weighting == "relative" else [1.0] * len(times)
+    alpha, beta = _nonnegative_least_squares_2([a * k for a, k in zip(a_coef, scale)],
+                                               [b * k for b, k in zip(b_coef, scale)],
+                                               [t * k for t, k in zip(times, scale)])
     fitted = [alpha * a + beta * b for a, b in zip(a_coef, b_coef)]
-    mean = sum(times) / len(times)
-    ss_tot = sum((t - mean) ** 2 for t in times)
-    ss_res = sum((t - f) ** 2 for t, f in zip(times, fitted))
+    weights = [k * k for k in scale]
+    mean = sum(w * t for w, t in zip(weights, times)) / sum(weights)
+    ss_tot = sum(w * (t - mean) ** 2 for w, t in zip(weights, times))
+    ss_res = sum(w * (t - f) ** 2 for w, t, f in zip(weights, times, fitted))
     r2 = 1.0 - ss_res / ss_tot if ss_tot > 0 else 1.0
     bandwidth = 1.0 / beta / GB if beta > 0 else math.inf
-    return AlphaBetaFit(alpha, beta, bandwidth, r2, op, algorithm, int(world_size))
+    return AlphaBetaFit(alpha, beta, bandwidth, r2, op, algorithm, int(world_size), weighting)
 
 
 def _nonnegative_least_squares_2(x1: list[float], x2: list[float], y: list[float]) -> tuple[float, float]:
@@ -587,3 +632,78 @@ def _nonnegative_least_squares_2(x1: list[float], x2: list[float], y: list[float
     edges = [(max(s1y / s11, 0.0) if s11 > 0 else 0.0, 0.0),
              (0.0, max(s2y / s22, 0.0) if s22 > 0 else 0.0)]
     return min(edges, key=lambda c: residual(*c))
+
+
+# --------------------------------------------------------------------------------------
+# Mixture of experts (Switch Transformer, arXiv:2101.03961; Megatron-LM moe_utils.py)
+# --------------------------------------------------------------------------------------
+
+
+def expert_capacity(tokens: int, num_experts: int, top_k: int = 1, capacity_factor: float = 1.0) -> int:
+    """Tokens one expert accepts per batch: ceil(T k / E x capacity_factor).
+
+    ``tokens`` T routed in the batch (on this expert-parallel group), ``num_experts`` E,
+    ``top_k`` k experts per token, ``capacity_factor`` the head-room over a perfectly even
+    split (1.0 = exactly even; the Switch paper compares 1.0, 1.25 and 2.0). Tokens routed to an
+    expert beyond its capacity are dropped: they skip the expert and only the residual
+    connection carries them.
+
+    The classic mistake is ceil(T / E x capacity_factor), forgetting k: with top-2 routing
+    every token makes two assignments, so that capacity is half what the even split needs
+    and about half the assignments are dropped even when routing is perfectly balanced
+    (T = 4096, E = 8, k = 2, factor 1.0: 1024 per expert, not 512).
+
+    The product is computed exactly (the factor as the decimal it prints as): 1000 tokens,
+    10 experts, factor 1.1 give 110, where floating point (1000 / 10 x 1.1 =
+    110.00000000000001) would round up to 111.
+
+    >>> expert_capacity(tokens=4096, num_experts=8, top_k=2, capacity_factor=1.25)
+    1280
+    """
+    from fractions import Fraction
+
+    _check_positive_int(tokens=tokens, num_experts=num_experts, top_k=top_k)
+    if top_k > num_experts:
+        raise ValueError(f"top_k ({top_k}) cannot exceed num_experts ({num_experts}): a token picks distinct experts")
+    if isinstance(capacity_factor, bool) or not isinstance(capacity_factor, (int, float)) \
+            or not math.isfinite(capacity_factor) or capacity_factor <= 0:
+        raise ValueError(f"capacity_factor must be a number > 0 (e.g. 1.25), got {capacity_factor!r}")
+    exact = Fraction(int(tokens) * int(top_k), int(num_experts)) * Fraction(repr(float(capacity_factor)))
+    return math.ceil(exact)
+
+
+def load_balancing_loss(router_probs, expert_index, alpha: float = 1e-2):
+    """Switch Transformer's auxiliary load-balancing loss: alpha x E x sum_i f_i P_i (a torch scalar).
+
+    ``router_probs``: (T, E) tensor, each row the router's softmax over the E experts.
+    ``expert_index``: (T,) or (T, k) integer tensor, the expert(s) each token was sent to.
+    f_i = share of the T k assignments that went to expert i; P_i = mean of column i of
+    ``router_probs``. ``alpha`` = 1e-2 as in the paper (arXiv:2101.03961, section 2.2).
+
+    Only P carries gradient: f_i counts the argmax / top-k choices and is a constant here
+    (detached). Backpropagating through f_i (say, computing it from a soft or
+    straight-through mask) is the classic mistake.
+    Under uniform routing (every P_i = f_i = 1/E) the loss equals ``alpha``; it grows as the
+    routing concentrates on fewer experts. For k > 1, f sums to 1 over experts as
+    Megatron-LM's switch_load_balancing_loss_func normalises it (by T k).
+    """
+    import torch
+
+    if not isinstance(router_probs, torch.Tensor) or router_probs.dim() != 2 \
+            or not router_probs.is_floating_point():
+        raise ValueError("router_probs must be a floating (tokens, experts) tensor of router probabilities")
+    tokens, num_experts = router_probs.shape
+    if tokens == 0:
+        raise ValueError("router_probs has no tokens: pass at least one row")
+    if not isinstance(expert_index, torch.Tensor) or expert_index.is_floating_point() \
+            or expert_index.dim() not in (1, 2) or expert_index.shape[0] != tokens:
+        raise ValueError(f"expert_index must be an integer tensor of shape ({tokens},) or ({tokens}, k): "
+                         "the expert(s) each token was routed to")
+    if expert_index.numel() and (int(expert_index.min()) < 0 or int(expert_index.max()) >= num_experts):
+        raise ValueError(f"expert_index values must lie in 0..{num_experts - 1} (router_probs has {num_experts} experts)")
+    _check_nonnegative(alpha=alpha)
+    assignments = expert_index.reshape(-1).long()
+    counts = torch.bincount(assignments, minlength=num_experts).to(router_probs.dtype)
+    token_share = (counts / assignments.numel()).detach()  # f_i: not differentiated
+    mean_prob = router_probs.mean(dim=0)                      # P_i: carries the gradient
+    return alpha * num_experts * torch.sum(token_share * mean_prob)

@@ -83,6 +83,11 @@ def _flops_scale(peak_flops: float) -> tuple[float, str]:
     return (1e12, "TFLOP/s") if peak_flops >= 1e12 else (1e9, "GFLOP/s")
 
 
+def _singular(unit: str) -> str:
+    """"GPUs" -> "GPU", "ranks" -> "rank"; a unit without a plural s is kept."""
+    return unit[:-1] if unit.endswith("s") and len(unit) > 1 else unit
+
+
 def _require(condition: bool, message: str) -> None:
     if not condition:
         raise ValueError(message)
@@ -91,7 +96,7 @@ def _require(condition: bool, message: str) -> None:
 # ----------------------------------------------------------------------------- bandwidth
 
 #: record fields that tell benchmark series apart, in the order their values enter a label
-_SERIES_FIELDS = ("op", "world_size", "backend", "device", "type")
+_SERIES_FIELDS = ("op", "world_size", "backend", "device", "type", "stat")
 _MODE_NAMES = {"oop": "out-of-place", "ip": "in-place"}
 
 
@@ -101,7 +106,8 @@ def bandwidth_vs_size(records: Sequence[dict], link_peak_GBps: float | None = No
 
     ``records`` come from ``labutils.collectives_bench`` (one dict per size with ``size``
     and ``oop_*`` / ``ip_*`` columns); several collectives, world sizes or backends become
-    separate series (one colour each: busbw solid, algbw dashed). ``mode`` "oop" or "ip"
+    separate series (one colour each: busbw solid, algbw dashed), as do records timed with
+    different statistics (``stat``: mean, median, min). ``mode`` "oop" or "ip"
     picks out-of-place or in-place columns; by default each series uses out-of-place
     where it was measured, else in-place. ``link_peak_GBps`` draws the link's bandwidth
     PER DIRECTION, the figure busbw is to be compared with (never a bidirectional one).
@@ -117,8 +123,9 @@ def bandwidth_vs_size(records: Sequence[dict], link_peak_GBps: float | None = No
         series.setdefault(tuple(record.get(name) for name in _SERIES_FIELDS), []).append(record)
     varying = [index for index, name in enumerate(_SERIES_FIELDS)
                if name == "op" or len({key[index] for key in series}) > 1]
-    shared = [_series_field_text(name, next(iter(series))[index])
-              for index, name in enumerate(_SERIES_FIELDS) if index not in varying]
+    first_key = next(iter(series))
+    shared = [_series_field_text(name, first_key[index]) for index, name in enumerate(_SERIES_FIELDS)
+              if index not in varying and first_key[index] is not None]
 
     fig = CourseFigure(figsize=(10, 5.5), layout="constrained")
     ax = fig.add_subplot()
@@ -156,7 +163,7 @@ def bandwidth_vs_size(records: Sequence[dict], link_peak_GBps: float | None = No
 
 def _series_field_text(name: str, value) -> str:
     """How one record field reads in a legend entry or the title: "4 ranks", "dtype float"."""
-    templates = {"world_size": "{} ranks", "device": "on {}", "type": "dtype {}"}
+    templates = {"world_size": "{} ranks", "device": "on {}", "type": "dtype {}", "stat": "{} time"}
     return templates.get(name, "{}").format(value)
 
 
@@ -371,15 +378,21 @@ def zero_memory_bars(table, gpu_memory_bytes: float | None = None, gpu_label: st
 # ----------------------------------------------------------------------------- communication volume
 
 
-def comm_volume_bars(volumes) -> Figure:
+def comm_volume_bars(volumes, labels: Sequence[str] | None = None) -> Figure:
     """Bars of the bytes one device sends per training step, one bar per strategy, in GB.
 
     ``volumes`` is a list of ``labutils.costmodel.CommVolume`` (strategy, bytes_per_step,
     calls_per_step, formula, assumptions, op). Each bar is annotated with its size and the
     number of communication calls per step; the formulas are listed under the chart.
+    A bar's tick label is its strategy name ("DP", "TP"; several volumes of one strategy
+    are told apart by their collective) unless ``labels`` gives one label per volume.
     A log scale is used when the largest bar is more than 50 times the smallest.
     """
     _require(len(volumes) > 0, "no volumes to draw: pass a list of costmodel.comm_volume(...) results")
+    if labels is None:
+        labels = _strategy_labels(volumes)
+    _require(len(labels) == len(volumes),
+             f"labels has {len(labels)} entries for {len(volumes)} volumes: pass one label per volume")
     fig = CourseFigure(figsize=(max(8.0, 2.2 * len(volumes)), 5.2 + 0.25 * len(volumes)), layout="constrained")
     ax, notes = fig.subplots(2, 1, height_ratios=[5.0, 0.3 + 0.25 * len(volumes)])
     heights = [volume.bytes_per_step / GB for volume in volumes]
@@ -397,22 +410,32 @@ def comm_volume_bars(volumes) -> Figure:
         ax.set_ylim(min(positive) / 2, max(positive) * 8)
     else:
         ax.set_ylim(0, max(heights) * 1.25 if max(heights) > 0 else 1)
-    ax.set_xticks(list(positions), [volume.strategy.upper() + "\n" + volume.op.replace("+", " +\n")
-                                    for volume in volumes])
+    ax.set_xticks(list(positions), list(labels))
     ax.set_ylabel("bytes sent per device per step\n(GB = 1e9 bytes" + (", log scale)" if log_scale else ")"))
     ax.set_title("Communication per training step, seen from one device")
     notes.axis("off")
-    notes.text(0, 1, "\n".join(f"{volume.strategy.upper()}: {volume.formula}" for volume in volumes),
+    notes.text(0, 1, "\n".join(f"{label}: {volume.formula}" for label, volume in zip(labels, volumes)),
                transform=notes.transAxes, ha="left", va="top", fontsize=8, family="monospace")
     return fig
+
+
+def _strategy_labels(volumes) -> list[str]:
+    """Tick labels: the strategy name, plus its collective where two volumes share a strategy."""
+    names = [volume.strategy.upper() for volume in volumes]
+    return [name + (f"\n({volume.op.replace('+', ' + ')})" if names.count(name) > 1 and volume.op else "")
+            for name, volume in zip(names, volumes)]
 
 
 # ----------------------------------------------------------------------------- scaling
 
 
 def scaling_efficiency(gpu_counts: Sequence[int], throughputs: Sequence[float], *,
-                       throughput_unit: str = "samples/s", title: str | None = None) -> Figure:
+                       throughput_unit: str = "samples/s", title: str | None = None,
+                       unit: str = "GPUs") -> Figure:
     """Measured throughput against ideal linear scaling (left) and scaling efficiency (right).
+
+    ``unit`` names what is counted on the x axis ("number of {unit}"): "GPUs" by default,
+    "ranks" for CPU processes, "nodes", ...
 
     Ideal scaling is linear from the smallest GPU count: ideal(N) = N x (throughput at
     N0) / N0. Efficiency = actual / ideal, from ``labutils.costmodel.scaling_efficiency``
@@ -420,8 +443,10 @@ def scaling_efficiency(gpu_counts: Sequence[int], throughputs: Sequence[float], 
     """
     from labutils import costmodel
 
+    _require(isinstance(unit, str) and unit.strip() != "",
+             f"unit must name what is counted, e.g. 'GPUs' or 'ranks'; got {unit!r}")
     _require(len(gpu_counts) == len(throughputs) and len(gpu_counts) >= 2,
-             "pass at least two GPU counts and one throughput per count")
+             f"pass at least two {unit} counts and one throughput per count")
     _require(all(count > 0 for count in gpu_counts) and all(t > 0 for t in throughputs),
              "GPU counts and throughputs must be positive")
     pairs = sorted(zip(gpu_counts, throughputs))
@@ -435,9 +460,9 @@ def scaling_efficiency(gpu_counts: Sequence[int], throughputs: Sequence[float], 
     fig = CourseFigure(figsize=(11, 4.5), layout="constrained")
     left, right = fig.subplots(1, 2)
     left.plot(counts, ideal, linestyle="--", color="grey",
-              label=f"ideal: linear from {counts[0]} GPU{'' if counts[0] == 1 else 's'}")
+              label=f"ideal: linear from {counts[0]} {_singular(unit) if counts[0] == 1 else unit}")
     left.plot(counts, measured, marker="o", color="#4c72b0", label="measured")
-    left.set_xlabel("number of GPUs")
+    left.set_xlabel(f"number of {unit}")
     left.set_ylabel(f"throughput ({throughput_unit})")
     left.set_title("Throughput")
     left.legend(loc="upper left")
@@ -450,8 +475,9 @@ def scaling_efficiency(gpu_counts: Sequence[int], throughputs: Sequence[float], 
     right.axhline(100, color="grey", linestyle="--", linewidth=1)
     right.set_xticks(list(positions), [str(count) for count in counts])
     right.set_ylim(0, max(110.0, 115 * max(efficiency)))
-    right.set_xlabel("number of GPUs")
+    right.set_xlabel(f"number of {unit}")
     right.set_ylabel("scaling efficiency (%) = actual / ideal")
     right.set_title("Scaling efficiency")
     fig.suptitle(title or "Scaling: measured vs ideal linear")
     return fig
+

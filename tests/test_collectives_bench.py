@@ -1,6 +1,8 @@
 """labutils.collectives_bench: nccl-tests' sizes, algbw/busbw, #wrong and table, on 2 gloo ranks."""
 from __future__ import annotations
 
+import time
+
 import pytest
 
 import labutils
@@ -98,6 +100,14 @@ def test_format_follows_nccl_tests_layout():
     assert float(lines[-2].split(":")[1]) == pytest.approx((0.04 + 0.005 + 0.1 + 0.15) / 4)
 
 
+def test_format_header_names_the_statistic_over_iterations():
+    assert "time: mean over iters, avg over ranks" in cb.format_nccl_tests([_record()])
+    median = dict(_record(), stat="median", time_across_ranks="max")
+    assert "time: median over iters, max over ranks" in cb.format_nccl_tests([median])
+    both = cb.format_nccl_tests([_record(), median])  # one block per statistic
+    assert both.count("# labutils collective benchmark") == 2
+
+
 def test_format_marks_missing_modes_and_failed_checks():
     records = [_record(op="all_reduce", oop=None, ip=(10.0, 1.0, 1.0, 3))]
     text = cb.format_nccl_tests(records)
@@ -120,6 +130,8 @@ def test_alpha_beta_points_and_fit():
     assert points[1] == pytest.approx([r["ip_time_us"] * 1e-6 for r in records])
     fit = cb.fit_alpha_beta(records)
     assert fit.alpha == pytest.approx(alpha, rel=1e-6) and fit.beta == pytest.approx(beta, rel=1e-6)
+    relative = cb.fit_alpha_beta(records, weighting="relative")
+    assert relative.weighting == "relative" and relative.alpha == pytest.approx(alpha, rel=1e-6)
     with pytest.raises(ValueError, match="no oop"):
         cb.alpha_beta_points(records, mode="oop")
     with pytest.raises(ValueError, match="one collective"):
@@ -141,6 +153,8 @@ def test_options_are_checked_before_any_rank_starts():
         cb.collective_bench("all_reduce", 2, iters=0)
     with pytest.raises(ValueError, match="unknown option"):
         cb.collective_bench("all_reduce", 2, itrs=5)
+    with pytest.raises(ValueError, match="stat must be one of mean, median, min"):
+        cb.collective_bench("all_reduce", 2, stat="average")
 
 
 def test_core_needs_a_process_group():
@@ -222,3 +236,49 @@ def test_one_shot_launch_and_fit():
     assert [r["size"] for r in records] == [1024, 8192, 65536]
     fit = cb.fit_alpha_beta(records)
     assert fit.world_size == 2 and fit.alpha >= 0 and fit.beta >= 0
+
+
+def test_fit_defaults_to_each_ops_algorithm():
+    sizes = [1024, 65536, 2**20]
+    for op, algorithm in (("all_to_all", "pairwise"), ("sendrecv", "point_to_point")):
+        records = [_record(op=op, size=s, ip=None,
+                           oop=(costmodel.collective_time(op, algorithm, s, 2, 10e-6, 1e-9) * 1e6, 0, 0, 0))
+                   for s in sizes]
+        fit = cb.fit_alpha_beta(records)
+        assert (fit.op, fit.algorithm) == (op, algorithm)
+        assert fit.alpha == pytest.approx(10e-6) and fit.beta == pytest.approx(1e-9)
+
+
+class _StallingCase:
+    """Stands in for a benchmark case: call i sleeps ``delays[i]`` seconds (one long stall)."""
+
+    def __init__(self, delays):
+        import torch
+
+        self.device = torch.device("cpu")
+        self.delays = list(delays)
+
+    def call(self, mode):
+        calls = iter([0.0] + self.delays)  # the first call is _time_mode's untimed one
+
+        def run():
+            time.sleep(next(calls))
+        return run
+
+
+def _time_with_stat(stat):
+    return cb._time_mode(_StallingCase([0.002, 0.002, 0.1, 0.002, 0.002]), "oop", 5, "avg", stat)
+
+
+def test_median_and_min_ignore_a_stall_the_mean_counts(pool):
+    mean, median, fastest = (pool.run(_time_with_stat, stat)[0] for stat in cb.STATS)
+    assert mean >= (4 * 0.002 + 0.1) / 5
+    assert 0.002 <= median < 0.05 and 0.002 <= fastest <= median
+
+
+def test_stat_is_recorded(pool):
+    records = cb.collective_bench("all_reduce", pool=pool, min_bytes=64, max_bytes=256, factor=4, iters=3,
+                                  stat="median")
+    assert [r["stat"] for r in records] == ["median", "median"]
+    assert all(r["ip_time_us"] > 0 and r["ip_wrong"] == 0 for r in records)
+    assert "time: median over iters" in cb.format_nccl_tests(records)

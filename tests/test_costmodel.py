@@ -231,3 +231,134 @@ def test_fit_bad_input():
         cm.fit_alpha_beta([1e3, 1e3], [1.0, 1.0], world_size=2)
     with pytest.raises(ValueError, match="differ in length"):
         cm.fit_alpha_beta([1e3, 1e4], [1.0], world_size=2)
+
+
+def test_relative_weighting_recovers_the_latency_that_absolute_misses():
+    """8 B to 256 MiB with +-3% noise: an absolute fit lets the big messages' noise swamp alpha."""
+    import random
+
+    noise = random.Random(0)
+    sizes = [2**k for k in range(3, 29)]
+    true_alpha, true_beta = 20e-6, 1 / 1e9
+    times = [cm.collective_time("all_reduce", "ring", s, 4, true_alpha, true_beta) * noise.uniform(0.97, 1.03)
+             for s in sizes]
+    absolute = cm.fit_alpha_beta(sizes, times, world_size=4)
+    relative = cm.fit_alpha_beta(sizes, times, world_size=4, weighting="relative")
+    assert relative.weighting == "relative" and absolute.weighting == "absolute"
+    assert relative.alpha == pytest.approx(true_alpha, rel=0.05)
+    assert absolute.alpha > 2 * true_alpha  # 3% of a 0.4 s time is 600 times alpha
+    assert relative.beta == pytest.approx(true_beta, rel=0.05) and 0.99 < relative.r2 <= 1.0
+    assert relative.predict(sizes[0]) == pytest.approx(times[0], rel=0.05)
+    assert absolute.predict(sizes[0]) > 2 * times[0]
+
+
+def test_relative_fit_is_exact_on_exact_data_and_stays_nonnegative():
+    sizes = [1e3, 1e5, 1e7]
+    times = [cm.collective_time("all_gather", "ring", s, 8, 2e-5, 1e-9) for s in sizes]
+    fit = cm.fit_alpha_beta(sizes, times, op="all_gather", world_size=8, weighting="relative")
+    assert fit.alpha == pytest.approx(2e-5) and fit.beta == pytest.approx(1e-9) and fit.r2 == pytest.approx(1.0)
+    clamped = cm.fit_alpha_beta([1e6, 2e6, 3e6], [0.9e-3, 2.0e-3, 3.0e-3], op="all_gather", world_size=2,
+                                weighting="relative")
+    assert clamped.alpha == 0.0 and clamped.beta > 0
+
+
+def test_fit_weighting_bad_input():
+    with pytest.raises(ValueError, match="absolute, relative"):
+        cm.fit_alpha_beta([1e3, 1e4], [1.0, 2.0], world_size=2, weighting="log")
+    with pytest.raises(ValueError, match="must be > 0 seconds"):
+        cm.fit_alpha_beta([1e3, 1e4], [0.0, 2.0], world_size=2, weighting="relative")
+
+
+# -- all-to-all and point-to-point ---------------------------------------------------------
+
+def test_all_to_all_pairwise_matches_mpich_cost():
+    """MPICH alltoall_intra_pairwise.c: (p-1) alpha + n' beta, n' = bytes sent to the others = (p-1)/p n."""
+    p, n, a, b = 8, 1e9, 5e-6, 1 / 50e9
+    expected = (p - 1) * a + (p - 1) / p * n * b
+    assert cm.collective_time("all_to_all", "pairwise", n, p, a, b) == pytest.approx(expected)
+    assert cm.collective_time("all_to_all", "ring", n, p, a, b) == pytest.approx(expected)
+    assert cm.ring_bytes_per_rank("all_to_all", 1e9, 4) == pytest.approx(0.75e9)  # busbw factor (n-1)/n
+
+
+def test_sendrecv_is_one_message():
+    assert cm.collective_time("sendrecv", "point_to_point", 1e6, 2, 10e-6, 1e-9) == pytest.approx(10e-6 + 1e-3)
+    assert cm.collective_time("sendrecv", "point_to_point", 1e6, 64, 10e-6, 1e-9) == pytest.approx(10e-6 + 1e-3)
+    assert cm.ring_bytes_per_rank("sendrecv", 1e6, 4) == 1e6
+    sizes = [1e3, 1e5, 1e7]
+    fit = cm.fit_alpha_beta(sizes, [3e-6 + s / 20e9 for s in sizes], op="sendrecv", algorithm="point_to_point",
+                            world_size=2)
+    assert fit.alpha == pytest.approx(3e-6) and fit.bandwidth_GBps == pytest.approx(20.0)
+
+
+# -- mixture of experts ------------------------------------------------------------------------
+
+def test_expert_capacity_counts_every_assignment():
+    # T k / E x factor: 4096 tokens, top-2 over 8 experts, factor 1.25 -> 1280 per expert
+    assert cm.expert_capacity(4096, 8, top_k=2, capacity_factor=1.25) == 1280
+    assert cm.expert_capacity(4096, 8, top_k=1, capacity_factor=1.0) == 512
+    assert cm.expert_capacity(10, 4, top_k=1, capacity_factor=1.0) == 3  # ceil(2.5)
+    # the classic mistake (capacity from T, not T k) would give 512 for top-2: half of 1024
+    assert cm.expert_capacity(4096, 8, top_k=2, capacity_factor=1.0) == 1024
+    # exact arithmetic: 1000 / 10 x 1.1 is 110, where floats give 110.00000000000001
+    assert math.ceil(1000 / 10 * 1.1) == 111 and cm.expert_capacity(1000, 10, 1, 1.1) == 110
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(tokens=0, num_experts=8), "tokens"),
+    (dict(tokens=8, num_experts=8, top_k=9), "cannot exceed"),
+    (dict(tokens=8, num_experts=8, capacity_factor=0), "capacity_factor"),
+    (dict(tokens=8, num_experts=8, capacity_factor=float("nan")), "capacity_factor"),
+])
+def test_expert_capacity_bad_input(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        cm.expert_capacity(**kwargs)
+
+
+def test_load_balancing_loss_equals_alpha_under_uniform_routing():
+    torch = pytest.importorskip("torch")
+    tokens, experts = 64, 8
+    probs = torch.full((tokens, experts), 1 / experts)
+    round_robin = torch.arange(tokens) % experts
+    assert cm.load_balancing_loss(probs, round_robin).item() == pytest.approx(1e-2)
+    assert cm.load_balancing_loss(probs, round_robin, alpha=0.5).item() == pytest.approx(0.5)
+    top2 = torch.stack([round_robin, (round_robin + 1) % experts], dim=1)
+    assert cm.load_balancing_loss(probs, top2).item() == pytest.approx(1e-2)
+
+
+def test_load_balancing_loss_grows_with_imbalance_and_matches_the_formula():
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(0)
+    probs = torch.softmax(torch.randn(32, 4), dim=-1)
+    index = probs.argmax(dim=-1)
+    f = torch.bincount(index, minlength=4).double() / 32
+    expected = 1e-2 * 4 * torch.sum(f * probs.double().mean(0))
+    assert cm.load_balancing_loss(probs, index).item() == pytest.approx(expected.item())
+    collapsed = torch.zeros(32, 4)
+    collapsed[:, 0] = 1.0
+    assert cm.load_balancing_loss(collapsed, torch.zeros(32, dtype=torch.long)).item() == pytest.approx(4e-2)
+
+
+def test_load_balancing_loss_does_not_differentiate_the_token_share():
+    """The gradient reaches the router only through P_i: d loss / d probs[t, i] = alpha E f_i / T."""
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(1)
+    logits = torch.randn(16, 4, requires_grad=True)
+    probs = torch.softmax(logits, dim=-1)
+    probs.retain_grad()
+    index = probs.argmax(dim=-1)
+    loss = cm.load_balancing_loss(probs, index, alpha=0.1)
+    loss.backward()
+    f = torch.bincount(index, minlength=4).float() / 16
+    assert torch.allclose(probs.grad, (0.1 * 4 * f / 16).expand(16, 4))
+    assert logits.grad is not None and logits.grad.abs().sum() > 0
+
+
+@pytest.mark.parametrize("probs_shape, index, message", [
+    ((8,), [0] * 8, "tokens, experts"),
+    ((8, 4), [0] * 7, "shape"),
+    ((8, 4), [4] * 8, "0..3"),
+])
+def test_load_balancing_loss_bad_input(probs_shape, index, message):
+    torch = pytest.importorskip("torch")
+    with pytest.raises(ValueError, match=message):
+        cm.load_balancing_loss(torch.rand(*probs_shape), torch.tensor(index))

@@ -68,6 +68,19 @@ def test_bandwidth_vs_size_series_units_and_link_line():
     assert "2 ranks" in ax.get_title()
 
 
+def test_bandwidth_vs_size_separates_statistics_over_iterations():
+    sizes = [8 * 4**k for k in range(4)]
+    mean = [dict(bench_record("all_reduce", s, 2e-5 + s / 2e9, in_place_only=True), stat="mean") for s in sizes]
+    median = [dict(bench_record("all_reduce", s, 1e-5 + s / 2e9, in_place_only=True), stat="median") for s in sizes]
+    fig = plots.bandwidth_vs_size(mean + median)
+    assert legend_texts(fig)[::2] == ["all_reduce, mean time (in-place): busbw",
+                                      "all_reduce, median time (in-place): busbw"]
+    one_stat = plots.bandwidth_vs_size(median)
+    assert "median time" in one_stat.axes[0].get_title()
+    without_stat = plots.bandwidth_vs_size([bench_record("all_gather", s, 1e-5) for s in sizes])
+    assert "None" not in without_stat.axes[0].get_title()
+
+
 def test_bandwidth_vs_size_rejects_bad_input():
     with pytest.raises(ValueError, match="no benchmark records"):
         plots.bandwidth_vs_size([])
@@ -195,6 +208,28 @@ def test_comm_volume_bars_heights_calls_and_formulas():
         plots.comm_volume_bars([])
 
 
+def test_comm_volume_bars_ticks_name_the_strategy_and_labels_override():
+    gpt3 = dict(layers=96, hidden=12288, seq_len=2048, micro_batch_size=1)
+    volumes = [costmodel.comm_volume("dp", params=175e9, dp_size=64),
+               costmodel.comm_volume("tp", tp_size=8, **gpt3)]
+    fig = plots.comm_volume_bars(volumes)
+    ticks = [tick.get_text() for tick in fig.axes[0].get_xticklabels()]
+    assert ticks == ["DP", "TP"]
+    notes = "\n".join(text.get_text() for text in fig.axes[1].texts)
+    assert f"DP: {volumes[0].formula}" in notes and f"TP: {volumes[1].formula}" in notes
+
+    tp_sp = costmodel.comm_volume("tp", tp_size=8, sequence_parallel=True, **gpt3)
+    twice = plots.comm_volume_bars([volumes[1], tp_sp])
+    assert [t.get_text() for t in twice.axes[0].get_xticklabels()] == [
+        "TP\n(all_reduce)", "TP\n(reduce_scatter + all_gather)"]
+
+    custom = plots.comm_volume_bars(volumes, labels=["data parallel", "tensor parallel"])
+    assert [t.get_text() for t in custom.axes[0].get_xticklabels()] == ["data parallel", "tensor parallel"]
+    assert "tensor parallel: " in "\n".join(text.get_text() for text in custom.axes[1].texts)
+    with pytest.raises(ValueError, match="one label per volume"):
+        plots.comm_volume_bars(volumes, labels=["only one"])
+
+
 # ----------------------------------------------------------------------------- scaling
 
 
@@ -211,6 +246,22 @@ def test_scaling_efficiency_against_ideal():
         plots.scaling_efficiency([1], [100])
     with pytest.raises(ValueError, match="positive"):
         plots.scaling_efficiency([1, 2], [100, 0])
+
+
+def test_scaling_efficiency_axis_names_the_unit():
+    default = plots.scaling_efficiency([1, 2], [100, 190])
+    assert [ax.get_xlabel() for ax in default.axes] == ["number of GPUs"] * 2
+    assert "ideal: linear from 1 GPU" in legend_texts_of_axes(default)
+    ranks = plots.scaling_efficiency([1, 4], [100, 300], unit="ranks")
+    assert [ax.get_xlabel() for ax in ranks.axes] == ["number of ranks"] * 2
+    assert "ideal: linear from 1 rank" in legend_texts_of_axes(ranks)
+    assert "GPU" not in "\n".join(texts(ranks))
+    with pytest.raises(ValueError, match="unit must name"):
+        plots.scaling_efficiency([1, 2], [100, 190], unit="")
+
+
+def legend_texts_of_axes(fig: Figure) -> list[str]:
+    return [text.get_text() for ax in fig.axes if ax.get_legend() for text in ax.get_legend().get_texts()]
 
 
 def test_figures_show_themselves_as_png_in_a_notebook():

@@ -357,3 +357,43 @@ def test_cpu_lists():
         parse_cpu_list("3-1")
     with pytest.raises(ValueError, match="not a CPU list"):
         parse_cpu_list("zero")
+
+
+# ----------------------------------------------------------------------------- shipped examples
+
+
+def test_every_shipped_example_parses_and_names_its_source():
+    from labutils.topology import TopologyExample, example_names, examples
+
+    shipped = examples()
+    assert len(shipped) == 12 and [e.name for e in shipped] == example_names()
+    for item in shipped:
+        assert isinstance(item, TopologyExample)
+        assert item.topology == parse_topology(item.text)
+        assert item.topology.gpus and all(link == "X" for link in
+                                          (item.topology.links[i][i] for i in range(len(item.topology.devices))))
+        assert item.source[:2] in ("D ", "I ") and item.machine, f"{item.name}: no source in INDEX.md"
+    assert [len(e.topology.gpus) for e in shipped] == [8, 8, 8, 4, 8, 4, 8, 8, 4, 3, 2, 1]
+
+
+def test_shipped_examples_are_the_captured_outputs_byte_for_byte():
+    from labutils.topology import example, example_names
+
+    for stem in example_names():
+        assert example(stem).text == fixture_text(stem)  # skips when ../shared is absent
+    assert "\r\n" in example("03").text  # the CRLF paste is kept as it was
+    assert "\x1b[" in example("10").text  # and the ANSI codes
+
+
+def test_example_by_prefix_and_bad_names():
+    from labutils.topology import example
+
+    assert example("02").name == "02_hgx_h100_8x_nv18_6nics_blank_cpu_affinity"
+    assert example("02").topology.link("GPU0", "GPU7") == "NV18"
+    assert "nvidia/nccl#1617" in example("04_hgx").source.lower()
+    with pytest.raises(ValueError, match="matches no shipped topology example: pass one of 01_dgx"):
+        example("99")
+    with pytest.raises(ValueError, match="matches several"):
+        example("0")
+    with pytest.raises(ValueError, match="matches no"):
+        example("")
