@@ -386,14 +386,20 @@ def op_cost(op: str, shape: tuple[int, int], dtype: torch.dtype):
 
 
 def _op_function(op: str, x: torch.Tensor) -> Callable[[], torch.Tensor]:
+    """The op writing into buffers allocated once: a fresh output per call would time the
+    allocator (on the CPU, outputs over 32 MiB are mmapped and page-faulted every call)."""
+    out = torch.empty_like(x)
     if op == "add":
         y = torch.ones_like(x)
-        return lambda: torch.add(x, y)
+        return lambda: torch.add(x, y, out=out)
     if op == "softmax":
-        return lambda: torch.softmax(x, dim=-1)
+        return lambda: torch.ops.aten._softmax.out(x, -1, False, out=out)
     weight = torch.ones(x.shape[-1], dtype=x.dtype, device=x.device)
     bias = torch.zeros_like(weight)
-    return lambda: torch.nn.functional.layer_norm(x, x.shape[-1:], weight, bias)
+    stats = x.new_empty(x.shape[:-1] + (1,))
+    rstd = torch.empty_like(stats)
+    return lambda: torch.ops.aten.native_layer_norm.out(
+        x, list(x.shape[-1:]), weight, bias, 1e-5, out0=out, out1=stats, out2=rstd)
 
 
 def op_throughput(ops: Sequence[str] = OPS, shape: tuple[int, int] | None = None, dtype="float32",
