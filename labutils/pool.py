@@ -113,10 +113,25 @@ def _describe_status(exitcode, sig) -> str:
     return f"exited with code {exitcode}"
 
 
+def _cell_names(text: str) -> str:
+    """Name notebook cells in a rank's traceback as IPython does ("Cell In[3]"), not by temp file."""
+    try:
+        from IPython import get_ipython
+
+        shell = get_ipython()
+        names = shell.compile._filename_map if shell is not None else {}
+    except (ImportError, AttributeError):
+        return text
+    for filename, number in names.items():
+        text = text.replace(f'File "{filename}"', f"Cell In[{number}]")
+    return text
+
+
 def _rebuild_exception(rank: int, world_size: int, exc_bytes, tb_text: str, type_name: str, message: str):
     """The rank's exception in the caller: original type if possible, else RankError."""
     import cloudpickle
 
+    tb_text = _cell_names(tb_text)
     exc = None
     if exc_bytes is not None:
         try:
@@ -439,9 +454,8 @@ class Pool:
         except KeyboardInterrupt:
             self._drain_output()
             self._kill()
-            print(f"labutils: interrupted; stopped all {self.world_size} ranks "
-                  "(the pool starts fresh ranks on its next call)", file=sys.stderr)
-            raise
+            raise KeyboardInterrupt(f"labutils stopped all {self.world_size} ranks; "
+                                    "the pool starts fresh ranks on its next call") from None
         self._drain_output()
         # A death comes first: the errors of the other ranks are usually its consequence.
         dead = self._dead_ranks(set(range(self.world_size)) - set(replies))
@@ -589,7 +603,7 @@ class Pool:
                     with open(path) as f:
                         f.seek(offsets[r])
                         texts[r] = f.read()
-        return {r: _main_thread_stack(t, self._ranks[r].main_thread) for r, t in texts.items()}
+        return {r: _cell_names(_main_thread_stack(t, self._ranks[r].main_thread)) for r, t in texts.items()}
 
 
 _FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<func>\S+)')

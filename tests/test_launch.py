@@ -251,7 +251,7 @@ def test_interrupt_stops_every_rank_within_3_seconds():
         timer = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT))
         timer.start()
         start = time.monotonic()
-        with pytest.raises(KeyboardInterrupt):
+        with pytest.raises(KeyboardInterrupt, match="labutils stopped all 2 ranks"):
             pool.run(time.sleep, 30)
         assert not wait_until_gone(pids, timeout=3.0 - (time.monotonic() - start))
         assert len(pool.run(os.getpid)) == 2
