@@ -37,8 +37,10 @@ from dataclasses import dataclass, field
 
 _TENSOR_OPS = ("all_reduce", "broadcast", "reduce", "send", "recv", "isend", "irecv")
 _GATHER_LIST_OPS = {"all_gather": "tensor_list", "reduce_scatter": "input_list", "all_to_all": "input_tensor_list"}
+# all_gather_single / reduce_scatter_single are what FSDP2 calls (torch >= 2.13).
 _FIRST_ARG_OPS = {"all_gather_into_tensor": "output_tensor", "_all_gather_base": "output_tensor",
-                  "reduce_scatter_tensor": "input", "_reduce_scatter_base": "input", "all_to_all_single": "input"}
+                  "all_gather_single": "output_tensor", "reduce_scatter_tensor": "input",
+                  "_reduce_scatter_base": "input", "reduce_scatter_single": "input", "all_to_all_single": "input"}
 _TIMES_GROUP_OPS = ("gather", "scatter")
 _BARRIERS = ("barrier", "monitored_barrier")
 _OBJECT_OPS = ("all_gather_object", "broadcast_object_list", "gather_object", "scatter_object_list",

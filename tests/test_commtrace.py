@@ -194,3 +194,27 @@ def _expect_two_all_reduces():
 def test_expect_calls_fails_on_the_ranks_with_the_message(pool):
     with pytest.raises(AssertionError, match="your forward did 2 all_reduce calls, expected 1"):
         pool.run(_expect_two_all_reduces)
+
+
+def _fsdp2_step():
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.fsdp import fully_shard
+
+    from labutils import commtrace
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Linear(8, 8))
+    for layer in model:
+        fully_shard(layer)
+    fully_shard(model)
+    with commtrace.record() as trace:
+        model(torch.randn(4, 8)).sum().backward()
+    return {op: trace.count(op) for op in ("all_gather_single", "reduce_scatter_single")}, dist.get_world_size()
+
+
+def test_fsdp2_collectives_are_recorded():
+    import labutils
+
+    for counts, _ in labutils.launch(_fsdp2_step, 2, timeout=120):
+        assert counts["all_gather_single"] >= 2 and counts["reduce_scatter_single"] >= 2, counts
