@@ -1,6 +1,12 @@
-"""Every chapter executes headless in QUICK mode, as the nightly job runs it, without an error."""
+"""Every chapter executes headless in QUICK mode without an error, through the nightly runner.
+
+The chapters run once per session, two at a time, exactly as `labutils nightly` runs them
+(each in its own kernel, QUICK / WORLD_SIZE / BACKEND injected); each chapter is then a
+test of its own row in the report.
+"""
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 
@@ -8,12 +14,13 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 CHAPTERS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
-PARAMETERS = {"QUICK": True, "WORLD_SIZE": 2, "BACKEND": "auto"}
+PARAMETERS = ("QUICK", "WORLD_SIZE", "BACKEND")
 
 
 def test_there_are_ten_chapters_and_a_landing_page():
     numbers = [p.name[:2] for p in CHAPTERS]
-    assert [n for n in numbers if n != "00"] == [f"{i:02d}" for i in range(1, 11)]
+    assert numbers[0] == "00", "notebooks/00_start_here.ipynb, the landing page, is missing"
+    assert numbers[1:] == [f"{i:02d}" for i in range(1, 11)]
 
 
 @pytest.mark.parametrize("path", CHAPTERS, ids=[p.stem for p in CHAPTERS])
@@ -26,16 +33,22 @@ def test_chapter_has_a_parameters_cell(path):
         assert f"{name} =" in source, f"{path.name}: the parameters cell does not set {name}"
 
 
-@pytest.mark.slow
-@pytest.mark.usefixtures("no_leftover_processes")
-@pytest.mark.parametrize("path", CHAPTERS, ids=[p.stem for p in CHAPTERS])
-def test_chapter_runs_headless_in_quick_mode(path, tmp_path):
-    import papermill
+@pytest.fixture(scope="module")
+def nightly_rows(tmp_path_factory):
+    from labutils.nightly import run_nightly
 
-    try:
-        papermill.execute_notebook(
-            str(path), str(tmp_path / path.name), parameters=PARAMETERS, kernel_name="python3",
-            cwd=str(path.parent), execution_timeout=300, progress_bar=False, log_output=False,
-        )
-    except papermill.PapermillExecutionError as exc:
-        pytest.fail(f"{path.name}: cell {exc.exec_count} raised {exc.ename}: {exc.evalue}", pytrace=False)
+    run, _folder = run_nightly(
+        [p.stem for p in CHAPTERS], root=ROOT, out_dir=tmp_path_factory.mktemp("nightly"), quick=True,
+        world_size=2, backend="auto", jobs=2, timeout_s=600, cell_timeout_s=300, grading=False,
+        progress_stream=io.StringIO(),
+    )
+    return {row.name: row for row in run.results}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", CHAPTERS, ids=[p.stem for p in CHAPTERS])
+def test_chapter_runs_headless_in_quick_mode(path, nightly_rows):
+    row = nightly_rows.get(f"notebooks/{path.name}")
+    assert row is not None, f"{path.stem} is missing from the nightly report: {sorted(nightly_rows)}"
+    assert row.ok, (f"{path.name}: {row.status} at cell {row.cell} (In [{row.execution_count}]): "
+                    f"{row.error}\n{row.excerpt}")
