@@ -1,0 +1,146 @@
+"""How fast is a class graded? `labutils grade` against plain `nbgrader autograde`, in one run.
+
+    python bench/grading.py                  # 30 submissions of lab01_tensor_parallel
+    python bench/grading.py --n 6            # quicker
+    python bench/grading.py --n 30 --workers 4
+
+The N submissions cycle through the solution, the untouched release and the fixtures of
+tests/fixtures/lab01 that plain nbgrader grades the same way (the cheat is left out: plain
+nbgrader credits its forged pass; the hung rank is left out: it only measures timeouts).
+Wall clock on this machine, gloo on CPU:
+
+- plain: ``nbgrader autograde LAB`` once for every student, in a course folder that loads
+  grading/nbgrader_config.py. nbgrader grades one student after another; each kernel starts
+  its own judge process (``python -I``, torch imported) for its hidden tests.
+- labutils grade: ``labutils grade LAB SUBMISSIONS --workers W``: W students at a time, one
+  warm judge per worker, and it also releases the lab into the gradebook, writes feedback,
+  grades.csv and the report (counted in its time; plain autograde does none of that).
+
+Prints the seconds of each, per submission, their ratio, and whether every student's total
+agrees between the two gradebooks.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+GRADING = os.path.join(REPO, "grading")
+sys.path.insert(0, GRADING)
+LAB = "lab01_tensor_parallel"
+#: Fixtures that plain nbgrader and labutils grade must score alike.
+HONEST_FIXTURES = ("bias_on_every_shard", "f_backward_without_all_reduce", "g_applied_twice",
+                   "gather_instead_of_reduce", "kernel_killer", "tampered")
+
+
+def make_submissions(folder: str, n: int) -> list:
+    """Write n submissions (cycling through the kinds above) as folder/<student>/LAB.ipynb."""
+    import nbformat
+
+    from autograder.fixtures import apply_fixture, parse_fixture, student_solution
+
+    source = nbformat.read(os.path.join(REPO, "solutions", LAB, f"{LAB}.ipynb"), as_version=4)
+    release = nbformat.read(os.path.join(REPO, "labs", LAB, f"{LAB}.ipynb"), as_version=4)
+    solution = student_solution(source, release)
+    kinds = {"solution": solution, "untouched": release}
+    for name in HONEST_FIXTURES:
+        with open(os.path.join(REPO, "tests", "fixtures", "lab01", f"{name}.py")) as f:
+            kinds[name] = apply_fixture(solution, parse_fixture(name, f.read()))
+    names = list(kinds)
+    students = []
+    for i in range(n):
+        kind = names[i % len(names)]
+        student = f"s{i:02d}_{kind}"
+        os.makedirs(os.path.join(folder, student))
+        nbformat.write(kinds[kind], os.path.join(folder, student, f"{LAB}.ipynb"))
+        students.append(student)
+    return students
+
+
+def _environment() -> dict:
+    return dict(os.environ, PATH=os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")]))
+
+
+def _run(command: list, cwd: str, log_path: str) -> float:
+    """Run a command, its output to log_path; return its wall-clock seconds."""
+    start = time.perf_counter()
+    with open(log_path, "w") as log:
+        done = subprocess.run(command, cwd=cwd, env=_environment(), stdout=log, stderr=subprocess.STDOUT,
+                              stdin=subprocess.DEVNULL)
+    if done.returncode:
+        raise RuntimeError(f"{' '.join(command[:4])} ... failed (exit status {done.returncode}); see {log_path}")
+    return time.perf_counter() - start
+
+
+def plain_nbgrader(submissions: str, students: list, course: str, logs: str) -> float:
+    """Seconds of one ``nbgrader autograde LAB`` over every student (after an untimed release)."""
+    os.makedirs(course)
+    with open(os.path.join(course, "nbgrader_config.py"), "w") as f:
+        f.write(f"c = get_config()\nload_subconfig({os.path.join(GRADING, 'nbgrader_config.py')!r})\n"
+                f"c.CourseDirectory.root = {course!r}\n"
+                f"c.CourseDirectory.release_directory = {os.path.join(course, 'release')!r}\n")
+    nbgrader = [sys.executable, "-m", "nbgrader"]
+    _run([*nbgrader, "generate_assignment", LAB, "--force"], course, os.path.join(logs, "plain-release.log"))
+    for student in students:
+        shutil.copytree(os.path.join(submissions, student), os.path.join(course, "submitted", student, LAB))
+    return _run([*nbgrader, "autograde", LAB], course, os.path.join(logs, "plain-autograde.log"))
+
+
+def labutils_grade(submissions: str, course: str, logs: str, workers: int) -> float:
+    command = [sys.executable, "-m", "labutils", "grade", LAB, submissions, "--course-dir", course,
+               "--workers", str(workers)]
+    return _run(command, REPO, os.path.join(logs, "labutils-grade.log"))
+
+
+def totals(course: str) -> dict:
+    """{student: total score} from a course's gradebook."""
+    from nbgrader.api import Gradebook
+
+    with Gradebook(f"sqlite:///{os.path.join(course, 'gradebook.db')}") as gradebook:
+        return {s.student.id: s.score for s in gradebook.assignment_submissions(LAB)}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=30, help="submissions (default 30)")
+    parser.add_argument("--workers", type=int, default=None, help="labutils grade workers (default: its own)")
+    parser.add_argument("--keep", action="store_true", help="keep the work folder (printed) for a look")
+    args = parser.parse_args(argv)
+    if args.n < 1:
+        parser.error("--n must be at least 1")
+    from labutils.grade_cli import default_workers
+
+    workers = args.workers or default_workers()
+    work = tempfile.mkdtemp(prefix="bench-grading-")
+    try:
+        submissions, logs = os.path.join(work, "submissions"), os.path.join(work, "logs")
+        os.makedirs(submissions)
+        os.makedirs(logs)
+        students = make_submissions(submissions, args.n)
+        print(f"{args.n} submissions of {LAB}, {os.cpu_count()} cores; work folder {work}")
+        plain_s = plain_nbgrader(submissions, students, os.path.join(work, "plain"), logs)
+        print(f"plain nbgrader autograde:     {plain_s:7.1f} s  ({plain_s / args.n:5.1f} s per submission)")
+        ours_s = labutils_grade(submissions, os.path.join(work, "ours"), logs, workers)
+        print(f"labutils grade ({workers} workers):  {ours_s:7.1f} s  ({ours_s / args.n:5.1f} s per submission,"
+              " feedback and grades.csv included)")
+        print(f"ratio plain / labutils grade: {plain_s / ours_s:.2f}x")
+        plain_totals, ours_totals = totals(os.path.join(work, "plain")), totals(os.path.join(work, "ours"))
+        disagree = sorted(s for s in students if plain_totals.get(s) != ours_totals.get(s))
+        print("totals agree for every student" if not disagree else
+              "totals disagree: " + ", ".join(f"{s} (plain {plain_totals.get(s)}, ours {ours_totals.get(s)})"
+                                               for s in disagree))
+        return 1 if disagree else 0
+    finally:
+        if args.keep:
+            print(f"kept {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,81 @@
+"""One warm judge process (``judge/server.py --service``) driven by a grading worker.
+
+    service = JudgeService(log_path, rank_timeout_s=60, backend="auto")
+    socket_path = service.begin("alice")     # kernels of alice's autograde connect here
+    ...                                       # run nbgrader autograde with LAB_JUDGE_SOCKET=socket_path
+    verdicts = service.end()                 # what the judge decided, whatever the notebook shows
+    service.close()
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+from judge.protocol import read_message, write_message
+
+GRADING_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SERVER = os.path.join(GRADING_DIR, "judge", "server.py")
+
+
+class JudgeServiceFailed(RuntimeError):
+    """The judge process stopped or answered nonsense."""
+
+
+class JudgeService:
+    """A judge process kept warm across submissions; one submission at a time."""
+
+    def __init__(self, log_path: str, rank_timeout_s: float, backend: str = "auto"):
+        self._log_path, self._rank_timeout_s, self._backend = log_path, rank_timeout_s, backend
+        self._process = None
+        self._socket_dir = None
+        self._start()
+
+    def _start(self) -> None:
+        with open(self._log_path, "ab") as log:
+            self._process = subprocess.Popen(
+                [sys.executable, "-I", SERVER, "--service", "--rank-timeout", str(self._rank_timeout_s),
+                 "--backend", self._backend, "--log", self._log_path],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, start_new_session=True)
+
+    def _exchange(self, message: dict) -> dict:
+        try:
+            write_message(self._process.stdin, message)
+            reply, _ = read_message(self._process.stdout)
+        except (OSError, EOFError) as exc:
+            raise JudgeServiceFailed(f"the judge process stopped (see {self._log_path}): {exc}") from None
+        if "error" in reply:
+            raise JudgeServiceFailed(reply["error"])
+        return reply
+
+    def begin(self, submission: str) -> str:
+        """Open a fresh socket for ``submission``'s kernels; return its path. Restarts a dead judge."""
+        if self._process.poll() is not None:
+            self._start()
+        self._socket_dir = tempfile.mkdtemp(prefix="judge-")
+        path = os.path.join(self._socket_dir, "judge.sock")
+        self._exchange({"cmd": "begin", "submission": submission, "socket": path})
+        return path
+
+    def end(self) -> list:
+        """Close the submission's socket; its verdicts, in the order the judge gave them."""
+        try:
+            return self._exchange({"cmd": "end"})["verdicts"]
+        finally:
+            shutil.rmtree(self._socket_dir, ignore_errors=True)
+            self._socket_dir = None
+
+    def close(self) -> None:
+        """Stop the judge process (and, with it, its ranks)."""
+        if self._process is None:
+            return
+        try:
+            write_message(self._process.stdin, {"cmd": "stop"})
+            self._process.stdin.close()
+            self._process.wait(timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            self._process.kill()
+            self._process.wait()
+        self._process = None

@@ -1,0 +1,62 @@
+"""Driving nbgrader: its API in this process (``open_course``), or its command line.
+
+``open_course(course_dir)`` loads the course folder's nbgrader_config.py (which loads
+grading/nbgrader_config.py) and returns nbgrader's own ``NbGraderAPI`` on it, the object
+formgrader uses; ``check(result, what)`` turns one of its results into an exception.
+``run_nbgrader`` runs ``python -m nbgrader ...`` when command-line flags are simpler.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+GRADING_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+#: Lines of nbgrader's log quoted when it fails.
+LOG_TAIL_LINES = 15
+
+
+class NbgraderFailed(RuntimeError):
+    """An nbgrader step failed; the message ends with its log's last lines."""
+
+
+def _tail(text: str) -> str:
+    return "\n".join(text.strip().splitlines()[-LOG_TAIL_LINES:])
+
+
+def nbgrader_environment(**extra: str) -> dict:
+    """This process's environment plus ``extra``, with this interpreter's bin/ first on PATH
+    (nbgrader runs ``alembic`` from PATH when it creates a gradebook)."""
+    path = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
+    return dict(os.environ, PATH=path, **extra)
+
+
+def open_course(course_dir: str):
+    """nbgrader's NbGraderAPI on the course folder, configured by its nbgrader_config.py."""
+    from nbgrader.apps.api import NbGraderAPI
+    from nbgrader.coursedir import CourseDirectory
+    from traitlets.config.loader import PyFileConfigLoader
+
+    config = PyFileConfigLoader("nbgrader_config.py", path=course_dir).load_config()
+    return NbGraderAPI(CourseDirectory(config=config, root=course_dir), config=config)
+
+
+def check(result: dict, what: str) -> str:
+    """The log of an NbGraderAPI result; NbgraderFailed (with the log's tail) if it failed."""
+    log = result.get("log", "")
+    if not result.get("success"):
+        raise NbgraderFailed(f"nbgrader {what} failed:\n{_tail(log + result.get('error', ''))}")
+    return log
+
+
+def run_nbgrader(args: list, cwd: str, timeout_s: float | None = None) -> str:
+    """Run ``nbgrader ARGS`` in ``cwd`` (where it finds nbgrader_config.py); return its log.
+
+    Raises NbgraderFailed (exit status and log tail) or subprocess.TimeoutExpired.
+    """
+    done = subprocess.run([sys.executable, "-m", "nbgrader", *args], cwd=cwd, env=nbgrader_environment(),
+                          capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL)
+    log = done.stdout + done.stderr
+    if done.returncode:
+        raise NbgraderFailed(f"nbgrader {' '.join(args)} failed (exit status {done.returncode}):\n{_tail(log)}")
+    return log

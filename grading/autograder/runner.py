@@ -1,0 +1,364 @@
+"""Grade a class: autograde every submission of a lab with nbgrader, in parallel, and trust
+the judge's verdicts over what the notebooks show.
+
+    from autograder.runner import GradeOptions, grade_class
+    report = grade_class(GradeOptions("lab01_tensor_parallel", "submitted/", "build/grading"))
+
+The course folder (``course_dir``) is an ordinary nbgrader course: ``nbgrader_config.py``
+(which loads ``grading/nbgrader_config.py``), ``gradebook.db``, ``release/``,
+``submitted/<student>/<lab>/``, ``autograded/``, ``feedback/``, plus ``grades.csv``,
+``verdicts/<lab>/<student>.json``, ``logs/<lab>/`` and ``reports/<lab>.md|json``.
+
+Each of ``workers`` threads keeps one warm judge process and one autograde worker (nbgrader's
+Autograde, imported once) and grades one student at a time, the kernels finding that judge at
+``LAB_JUDGE_SOCKET``. Afterwards every
+judged test cell gets the judge's score in the gradebook: a notebook that faked a pass, or
+never called the judge, scores zero there and is reported.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import queue
+import shutil
+import threading
+import time
+from dataclasses import dataclass, field
+
+import nbformat
+
+from autograder.execute import KERNEL_DIED, NOT_RUN
+from autograder.judge_service import JudgeService, JudgeServiceFailed
+from autograder.nbgrader_cli import GRADING_DIR, check, nbgrader_environment, open_course
+from autograder.tampering import find_tampering
+from autograder.worker import AutogradeWorker, WorkerTimeout
+
+NOT_JUDGED_LINE = ("✗ not graded: this cell never reached the grader (an error before it, a timeout, "
+                   "or a kernel that died)")
+#: Error names in an autograded notebook that the report lists (cell timeouts, dead kernels).
+NOTABLE_ERRORS = ("CellTimeoutError", KERNEL_DIED)
+_IGNORED = shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__", "*.pyc")
+
+
+@dataclass(frozen=True)
+class GradeOptions:
+    """What to grade and how. Times in seconds: ``cell_timeout_s`` per notebook cell,
+    ``rank_timeout_s`` per call that runs ranks (the judge's and the visible checks'),
+    ``submission_timeout_s`` for a whole submission's autograde."""
+
+    lab: str
+    submissions_dir: str
+    course_dir: str
+    workers: int = 2
+    cell_timeout_s: float = 300.0
+    rank_timeout_s: float = 60.0
+    submission_timeout_s: float = 1200.0
+    backend: str = "auto"
+
+
+@dataclass
+class PartScore:
+    """One graded cell of one submission. ``status``: "passed", "failed", "not judged",
+    "judge error" (left for manual grading) or "nbgrader" (a cell no judge covers)."""
+
+    cell: str
+    points: float | None
+    max_points: float
+    status: str
+    notebook_points: float | None
+    lines: list = field(default_factory=list)
+    note: str = ""
+
+
+@dataclass
+class SubmissionOutcome:
+    """What happened to one student's submission."""
+
+    student: str
+    seconds: float = 0.0
+    failure: str = ""
+    verdicts: list = field(default_factory=list)
+    tampering: list = field(default_factory=list)
+    errors: list = field(default_factory=list)
+    parts: list = field(default_factory=list)
+
+    @property
+    def points(self) -> float:
+        return sum(p.points or 0.0 for p in self.parts)
+
+    @property
+    def forged(self) -> list:
+        return [p for p in self.parts if p.note.startswith("forged")]
+
+
+@dataclass
+class ClassReport:
+    """The outcome of a class: one SubmissionOutcome per student, and where the files are."""
+
+    lab: str
+    course_dir: str
+    max_points: float
+    outcomes: list
+    seconds: float
+    grades_csv: str
+    feedback_dir: str
+    without_notebook: list = field(default_factory=list)
+
+
+# ----- the course folder ----------------------------------------------------------------------
+
+def _course_config(course_dir: str, cell_timeout_s: float) -> str:
+    return (
+        "# Written by `labutils grade`: this folder is an nbgrader course (run nbgrader commands here).\n"
+        "c = get_config()  # noqa: F821\n"
+        f"load_subconfig({os.path.join(GRADING_DIR, 'nbgrader_config.py')!r})  # noqa: F821\n"
+        f"c.CourseDirectory.root = {course_dir!r}\n"
+        f"c.CourseDirectory.release_directory = {os.path.join(course_dir, 'release')!r}\n"
+        f"c.SanitizeHiddenTests.verdicts_dir = {os.path.join(course_dir, 'verdicts')!r}\n"
+        f"c.Execute.timeout = {int(cell_timeout_s)}\n"
+    )
+
+
+def lab_notebooks(lab: str) -> list:
+    """Names of the lab's notebooks in its nbgrader source folder (solutions/LAB)."""
+    from release import source_labs
+
+    if lab not in source_labs():
+        raise ValueError(f"no lab {lab!r} in solutions/: choose one of {', '.join(source_labs()) or '(none)'}")
+    folder = os.path.join(os.path.dirname(GRADING_DIR), "solutions", lab)
+    return sorted(name for name in os.listdir(folder) if name.endswith(".ipynb"))
+
+
+def find_submissions(submissions_dir: str, lab: str, notebooks: list) -> tuple:
+    """({student id: folder holding the lab's notebook}, [student folders without it]).
+
+    A student's notebook is SUBMISSIONS/<student>/<lab>/NOTEBOOK (nbgrader's submitted/
+    layout) or SUBMISSIONS/<student>/NOTEBOOK. ValueError when no student has one.
+    """
+    if not os.path.isdir(submissions_dir):
+        raise ValueError(f"{submissions_dir} is not a folder of submissions (one subfolder per student)")
+    found, without = {}, []
+    for student in sorted(os.listdir(submissions_dir)):
+        folder = os.path.join(submissions_dir, student)
+        if student.startswith(".") or not os.path.isdir(folder):
+            continue
+        for candidate in (os.path.join(folder, lab), folder):
+            if any(os.path.exists(os.path.join(candidate, name)) for name in notebooks):
+                found[student] = candidate
+                break
+        else:
+            without.append(student)
+    if not found:
+        raise ValueError(f"no submission of {lab} in {submissions_dir}: expected "
+                         f"{submissions_dir}/<student>/{notebooks[0]} or {submissions_dir}/<student>/{lab}/{notebooks[0]}")
+    return found, without
+
+
+def prepare_course(options: GradeOptions, submissions: dict) -> str:
+    """Write the course config, release the lab into the gradebook (alembic needs this
+    interpreter's bin/ on PATH), copy the submissions in; return the release folder."""
+    course = options.course_dir
+    os.makedirs(course, exist_ok=True)
+    with open(os.path.join(course, "nbgrader_config.py"), "w") as f:
+        f.write(_course_config(course, options.cell_timeout_s))
+    for folder in ("verdicts", "logs", "reports"):
+        os.makedirs(os.path.join(course, folder, options.lab) if folder != "reports" else os.path.join(course, folder),
+                    exist_ok=True)
+    os.environ["PATH"] = nbgrader_environment()["PATH"]
+    check(open_course(course).generate_assignment(options.lab, force=True, create=True), "generate_assignment")
+    for student, source in submissions.items():
+        destination = os.path.join(course, "submitted", student, options.lab)
+        shutil.rmtree(destination, ignore_errors=True)
+        shutil.copytree(source, destination, ignore=_IGNORED)
+    return os.path.join(course, "release", options.lab)
+
+
+# ----- autograding, in parallel ------------------------------------------------------------------
+
+def _autograde(student: str, service: JudgeService, worker: AutogradeWorker, options: GradeOptions) -> SubmissionOutcome:
+    outcome = SubmissionOutcome(student)
+    started = time.monotonic()
+    try:
+        socket_path = service.begin(student)
+    except JudgeServiceFailed as exc:
+        outcome.failure = f"the judge could not start: {exc}"
+        return outcome
+    log_path = os.path.join(options.course_dir, "logs", options.lab, f"{student}.log")
+    try:
+        result = worker.autograde(options.lab, student, {"LAB_JUDGE_SOCKET": socket_path},
+                                  options.submission_timeout_s)
+        with open(log_path, "w") as log:
+            log.write(result.get("log", "") + result.get("error", ""))
+        if not result.get("success"):
+            outcome.failure = f"nbgrader autograde failed; see {log_path}"
+    except WorkerTimeout as exc:
+        outcome.failure = str(exc)
+    try:
+        outcome.verdicts = service.end()
+    except JudgeServiceFailed as exc:
+        outcome.failure = outcome.failure or f"the judge stopped while grading: {exc}"
+    outcome.seconds = time.monotonic() - started
+    return outcome
+
+
+def _run_workers(options: GradeOptions, students: list, progress) -> dict:
+    todo: queue.Queue = queue.Queue()
+    for student in students:
+        todo.put(student)
+    outcomes: dict = {}
+    lock = threading.Lock()
+    kernel_environment = nbgrader_environment(LAB_GRADING_DIR=GRADING_DIR, LABUTILS_TIMEOUT=str(options.rank_timeout_s))
+
+    def work(index: int) -> None:
+        logs = os.path.join(options.course_dir, "logs", options.lab)
+        service = JudgeService(os.path.join(logs, f"judge-{index}.log"), options.rank_timeout_s, options.backend)
+        worker = AutogradeWorker(options.course_dir, os.path.join(logs, f"worker-{index}.log"), kernel_environment)
+        try:
+            while True:
+                try:
+                    student = todo.get_nowait()
+                except queue.Empty:
+                    return
+                outcome = _autograde(student, service, worker, options)
+                with lock:
+                    outcomes[student] = outcome
+                    if progress:
+                        progress(len(outcomes), len(students), outcome)
+        finally:
+            worker.close()
+            service.close()
+
+    threads = [threading.Thread(target=work, args=(i,), daemon=True) for i in range(min(options.workers, len(students)))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return outcomes
+
+
+# ----- the judge's word over the notebook's ------------------------------------------------------
+
+def _part_from_verdict(cell: str, max_points: float, notebook_points, verdict: dict | None) -> PartScore:
+    if verdict is None:
+        part = PartScore(cell, 0.0, max_points, "not judged", notebook_points, [NOT_JUDGED_LINE])
+    elif verdict.get("judge_error"):
+        return PartScore(cell, notebook_points, max_points, "judge error", notebook_points, verdict["lines"],
+                         note=f"judge error, left for manual grading: {verdict.get('detail', '')[-500:]}")
+    else:
+        passed = bool(verdict["passed"])
+        part = PartScore(cell, max_points if passed else 0.0, max_points, "passed" if passed else "failed",
+                         notebook_points, verdict["lines"])
+    if notebook_points is not None and notebook_points > part.points:
+        part.note = ("forged: the notebook showed this cell as passed, the judge " +
+                     ("never saw it" if verdict is None else "failed it"))
+    elif notebook_points is not None and notebook_points < part.points:
+        part.note = "the cell failed after the judge passed it (an error or stderr output after the judge ran)"
+    return part
+
+
+def apply_verdicts(options: GradeOptions, outcomes: dict, judged_cells: set) -> float:
+    """Score every judged cell from the judge's verdicts in nbgrader's gradebook; fill ``parts``.
+    Returns the lab's maximum score."""
+    from nbgrader.api import Gradebook, MissingEntry
+
+    with Gradebook(f"sqlite:///{os.path.join(options.course_dir, 'gradebook.db')}") as gradebook:
+        max_points = gradebook.find_assignment(options.lab).max_score
+        for student, outcome in outcomes.items():
+            try:
+                submission = gradebook.find_submission(options.lab, student)
+            except MissingEntry:
+                outcome.failure = outcome.failure or "nbgrader has no record of this submission"
+                continue
+            verdicts = {v["test"]: v for v in outcome.verdicts}  # the last verdict of a test counts
+            for notebook in submission.notebooks:
+                for grade in notebook.grades:
+                    if grade.name in judged_cells:
+                        part = _part_from_verdict(grade.name, grade.max_score, grade.auto_score, verdicts.get(grade.name))
+                        grade.auto_score = part.points
+                        grade.needs_manual_grade = part.status == "judge error"
+                    else:
+                        part = PartScore(grade.name, grade.score, grade.max_score, "nbgrader", grade.auto_score)
+                    outcome.parts.append(part)
+            gradebook.db.commit()
+    return max_points
+
+
+def _notable_errors(options: GradeOptions, student: str, notebooks: list) -> list:
+    """"cell X: CellTimeoutError: ..." lines from the autograded notebooks (timeouts, a dead
+    kernel); the cells a dead kernel left unrun are counted in one line."""
+    found, not_run = [], 0
+    for name in notebooks:
+        path = os.path.join(options.course_dir, "autograded", student, options.lab, name)
+        if not os.path.exists(path):
+            continue
+        for cell in nbformat.read(path, as_version=4).cells:
+            for output in cell.get("outputs", []):
+                if output.output_type != "error" or output.ename not in NOTABLE_ERRORS:
+                    continue
+                if output.evalue.startswith(NOT_RUN):
+                    not_run += 1
+                    continue
+                cell_name = cell.metadata.get("nbgrader", {}).get("grade_id", cell.get("id", "?"))
+                found.append(f"cell {cell_name}: {output.ename}: {output.evalue}"[:300])
+    if not_run:
+        found.append(f"{not_run} later cell{'s' if not_run > 1 else ''} not run (scored zero)")
+    return found
+
+
+def _write_verdict_files(options: GradeOptions, outcomes: dict) -> None:
+    import json
+
+    for student, outcome in outcomes.items():
+        verdicts = {p.cell: {"passed": p.status == "passed", "lines": p.lines}
+                    for p in outcome.parts if p.status != "nbgrader"}
+        with open(os.path.join(options.course_dir, "verdicts", options.lab, f"{student}.json"), "w") as f:
+            json.dump(verdicts, f, indent=1, ensure_ascii=False)
+
+
+def export_grades(course_dir: str) -> str:
+    """nbgrader's grades.csv (every assignment and student of the gradebook); its path."""
+    from nbgrader.api import Gradebook
+    from nbgrader.plugins import CsvExportPlugin
+
+    path = os.path.join(course_dir, "grades.csv")
+    with Gradebook(f"sqlite:///{os.path.join(course_dir, 'gradebook.db')}") as gradebook:
+        CsvExportPlugin(to=path).export(gradebook)
+    return path
+
+
+def judged_cells(lab: str) -> set:
+    """grade_ids of the lab's test cells that the judge scores."""
+    from judge.engine import load_lab
+
+    return set(load_lab(lab).TESTS)
+
+
+def grade_class(options: GradeOptions, progress=None) -> ClassReport:
+    """Autograde every submission of ``options.lab``; write feedback, grades.csv and the report.
+
+    ``progress(done, total, outcome)`` is called as each submission finishes.
+    Raises ValueError for a bad lab name or submissions folder.
+    """
+    started = time.monotonic()
+    if options.workers < 1:
+        raise ValueError(f"workers must be at least 1, got {options.workers}")
+    notebooks = lab_notebooks(options.lab)
+    submissions, without_notebook = find_submissions(options.submissions_dir, options.lab, notebooks)
+    cells = judged_cells(options.lab)
+    options = dataclasses.replace(options, course_dir=os.path.abspath(options.course_dir))
+    release_dir = prepare_course(options, submissions)
+    outcomes = _run_workers(options, sorted(submissions), progress)
+    max_points = apply_verdicts(options, outcomes, cells)
+    for student, outcome in outcomes.items():
+        for name in notebooks:
+            submitted = os.path.join(options.course_dir, "submitted", student, options.lab, name)
+            if os.path.exists(submitted):
+                release = nbformat.read(os.path.join(release_dir, name), as_version=4)
+                outcome.tampering += find_tampering(release, nbformat.read(submitted, as_version=4))
+        outcome.errors = _notable_errors(options, student, notebooks)
+    _write_verdict_files(options, outcomes)
+    check(open_course(options.course_dir).generate_feedback(options.lab, force=True), "generate_feedback")
+    grades_csv = export_grades(options.course_dir)
+    return ClassReport(options.lab, options.course_dir, max_points, [outcomes[s] for s in sorted(outcomes)],
+                       time.monotonic() - started, grades_csv, os.path.join(options.course_dir, "feedback"),
+                       without_notebook)

@@ -1,0 +1,103 @@
+"""The kernel side of the judge: what a hidden-test cell calls.
+
+    from judge.client import judge
+    judge("lab01_tensor_parallel", "test_f", copy_to_tp_region=copy_to_tp_region)
+
+The objects are cloudpickled (classes and functions defined in cells travel by value) and
+sent to a judge process, with the cells' sources so that errors can quote the student's
+own lines. The verdict's lines are printed (stdout only: nbgrader zeroes a cell that
+writes to stderr); a failure raises ``HiddenTestsFailed`` whose traceback, in IPython, is
+one line, so no hidden-test source is ever shown.
+
+Where the judge runs: when ``LAB_JUDGE_SOCKET`` is set (by ``labutils grade``), at that Unix
+socket, a warm service that also keeps the verdict for the grader; otherwise in a judge
+process this kernel starts once (``python -I server.py --stdio``) and reuses.
+"""
+from __future__ import annotations
+
+import linecache
+import os
+import socket
+import subprocess
+import sys
+
+from judge.protocol import read_message, write_message
+
+SERVER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "server.py")
+#: Environment variables a judge started from a kernel inherits (nothing else: no LD_PRELOAD...).
+_ENV_KEEP = ("PATH", "HOME", "USER", "LANG", "TMPDIR", "CUDA_VISIBLE_DEVICES", "LABUTILS_START_METHOD")
+_ENV_KEEP_PREFIXES = ("LC_", "NCCL_")
+#: Largest cell source sent along (characters).
+MAX_SOURCE_CHARS = 200_000
+
+_stdio_judge: subprocess.Popen | None = None
+
+
+class HiddenTestsFailed(AssertionError):
+    """Some hidden checks failed; the message says which and why."""
+
+    def _render_traceback_(self):  # IPython: show this line, not the frames of the grader
+        return [f"{type(self).__name__}: {self}"]
+
+
+def _cell_sources() -> dict:
+    """{filename: source} of the code cells this kernel has run (they have no file on disk)."""
+    sources = {}
+    for filename, entry in list(linecache.cache.items()):
+        if len(entry) == 4 and not os.path.exists(filename):
+            sources[filename] = "".join(entry[2])[:MAX_SOURCE_CHARS]
+    return sources
+
+
+def _judge_environment() -> dict:
+    return {k: v for k, v in os.environ.items() if k in _ENV_KEEP or k.startswith(_ENV_KEEP_PREFIXES)}
+
+
+def _start_stdio_judge() -> subprocess.Popen:
+    command = [sys.executable, "-I", SERVER, "--stdio",
+               "--rank-timeout", os.environ.get("LAB_JUDGE_RANK_TIMEOUT", "60")]
+    if os.environ.get("LAB_JUDGE_LOG"):
+        command += ["--log", os.environ["LAB_JUDGE_LOG"]]
+    return subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                            env=_judge_environment(), start_new_session=True)
+
+
+def _ask_stdio_judge(header: dict, blob: bytes) -> dict:
+    global _stdio_judge
+    if _stdio_judge is None or _stdio_judge.poll() is not None:
+        _stdio_judge = _start_stdio_judge()
+    try:
+        write_message(_stdio_judge.stdin, header, blob)
+        reply, _ = read_message(_stdio_judge.stdout)
+        return reply
+    except BaseException:  # interrupted or broken: never reuse a judge whose replies are out of step
+        _stdio_judge.kill()
+        _stdio_judge.wait()
+        _stdio_judge = None
+        raise
+
+
+def _ask_service(path: str, header: dict, blob: bytes) -> dict:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+        conn.connect(path)
+        stream = conn.makefile("rwb")
+        write_message(stream, header, blob)
+        reply, _ = read_message(stream)
+        return reply
+
+
+def judge(lab: str, test: str, **objects) -> None:
+    """Run the hidden test ``test`` of ``lab`` on ``objects``; print the verdict, raise if it failed."""
+    import cloudpickle
+
+    try:
+        blob = cloudpickle.dumps(objects)
+    except Exception as exc:
+        raise HiddenTestsFailed(f"{', '.join(objects)} could not be sent to the grader: {exc}") from None
+    header = {"lab": lab, "test": test, "names": sorted(objects), "sources": _cell_sources()}
+    path = os.environ.get("LAB_JUDGE_SOCKET")
+    verdict = _ask_service(path, header, blob) if path else _ask_stdio_judge(header, blob)
+    for line in verdict["lines"]:
+        print(line)
+    if not verdict["passed"]:
+        raise HiddenTestsFailed(verdict["summary"])

@@ -1,0 +1,254 @@
+"""Run one hidden test: cases, launch on fresh ranks, compare in this process, verdict.
+
+Runs in the judge's main process, where no submission code ever runs. The torch functions
+used to compute and compare are taken here at import time, before any request arrives.
+"""
+from __future__ import annotations
+
+import importlib
+import io
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+
+import labutils
+from labutils.errors import LaunchError, RankDiedError, RankTimeoutError
+
+from judge import rankside
+
+# Captured once, before any request: what the judge computes and compares with.
+_linear, _gelu, _isfinite = F.linear, F.gelu, torch.isfinite
+_torch_load, _float64 = torch.load, torch.float64
+
+#: Tolerances of every comparison: |got - expected| <= ATOL + RTOL * |expected|.
+ATOL, RTOL = 1e-4, 1e-4
+#: Most failing cases listed in a verdict (the rest are counted).
+MAX_LISTED_FAILURES = 6
+LAB_NAME = re.compile(r"^lab\d\d_[a-z0-9_]+$")
+
+
+@dataclass
+class Case:
+    """One configuration of a test: ``name`` is shown to students; ``groups[i]`` holds the
+    dense tensors of tensor-parallel group i (ranks i*tp_size ... (i+1)*tp_size - 1)."""
+
+    name: str
+    tp_size: int
+    params: dict
+    groups: list[dict]
+
+
+@dataclass(frozen=True)
+class TestSpec:
+    """A hidden test: the objects it needs, the names replaced by the reference on the ranks
+    (so that one part is graded independently of the others), and its three functions:
+
+    ``make_cases(generator) -> [Case]`` and ``expected(case, group_data) -> [per tp_rank
+    {"out", "dx", "grads": {path: tensor}, "values": {label: tensor}}]`` run here ("out" or
+    "dx" left out when the test has none; "values" optional, compared with the rank's
+    ``result["values"]``); ``run_case(objects, case, run)`` runs
+    on the ranks (``run`` is a ``rankside.CaseRun``).
+    """
+
+    title: str
+    objects: tuple
+    substitutes: tuple
+    make_cases: Callable
+    expected: Callable
+    run_case: Callable
+    world_size: int = 4
+
+
+@dataclass
+class Verdict:
+    """The outcome of one hidden test. ``judge_error`` marks a fault of the judge itself
+    (the reference disagreed with dense maths): the instructor must look, not the student."""
+
+    test: str
+    title: str
+    passed: bool
+    lines: list = field(default_factory=list)
+    judge_error: bool = False
+
+    def summary(self) -> str:
+        if self.passed:
+            return f"{self.title}: all hidden checks passed"
+        failed = [line for line in self.lines if line.startswith("✗")]
+        first = failed[0][2:] if failed else (self.lines[0] if self.lines else "failed")
+        return f"{self.title}: {len(failed) or 1} hidden check{'s' if len(failed) > 1 else ''} failed; first: {first}"
+
+    def as_dict(self) -> dict:
+        return {"test": self.test, "title": self.title, "passed": self.passed, "lines": self.lines,
+                "judge_error": self.judge_error, "summary": self.summary()}
+
+
+def available_labs() -> list:
+    """Names of the labs that have a judge module here (``lab01_tensor_parallel``, ...)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    return sorted(name[:-3] for name in os.listdir(here) if name.endswith(".py") and LAB_NAME.match(name[:-3]))
+
+
+def load_lab(lab: str):
+    """The test-spec module of ``lab`` (e.g. "lab01_tensor_parallel"); ValueError if unknown."""
+    if not isinstance(lab, str) or not LAB_NAME.match(lab):
+        raise ValueError(f"{lab!r} is not a lab name like 'lab01_tensor_parallel'")
+    if not os.path.exists(os.path.join(os.path.dirname(__file__), f"{lab}.py")):
+        raise ValueError(f"no judge for {lab!r}: add grading/judge/{lab}.py")
+    return importlib.import_module(f"judge.{lab}")
+
+
+def run_test(lab: str, test: str, names: list, blob: bytes, sources: dict, *,
+             rank_timeout_s: float, backend: str = "auto", seed: int | None = None) -> Verdict:
+    """Judge ``blob`` (the submission's pickled objects) on the hidden test ``test`` of ``lab``."""
+    module = load_lab(lab)
+    spec = module.TESTS.get(test)
+    if spec is None:
+        raise ValueError(f"{lab} has no hidden test {test!r}: choose one of {', '.join(module.TESTS)}")
+    missing = [name for name in spec.objects if name not in names]
+    if missing:
+        return Verdict(test, spec.title, False, [f"✗ the grader needs {', '.join(missing)} and did not receive it"])
+    generator = torch.Generator().manual_seed(seed if seed is not None else int.from_bytes(os.urandom(7), "big"))
+    cases = spec.make_cases(generator)
+    try:
+        raw = labutils.launch(rankside.run_on_rank, spec.world_size, lab, test, cases, blob, sources,
+                              backend=backend, timeout=rank_timeout_s)
+    except rankside.StudentCodeFailed as exc:
+        return Verdict(test, spec.title, False, [f"✗ rank {getattr(exc, 'rank', '?')}: {exc}"])
+    except rankside.JudgeFailed as exc:
+        return Verdict(test, spec.title, False, [f"✗ judge error on rank {getattr(exc, 'rank', '?')}: {exc}"],
+                       judge_error=True)
+    except RankTimeoutError as exc:
+        return Verdict(test, spec.title, False, [_timeout_line(exc, rank_timeout_s, sources)])
+    except RankDiedError as exc:
+        return Verdict(test, spec.title, False, [f"✗ a rank died while running your code: {_first_sentence(exc)}"])
+    except LaunchError as exc:
+        return Verdict(test, spec.title, False, [f"✗ the ranks failed: {_first_sentence(exc)}"])
+    results = [decode(item) for item in raw]
+    return compare(test, spec, cases, results)
+
+
+def decode(item) -> dict:
+    """One rank's result: ``torch.save`` bytes read with ``weights_only=True`` (no code runs)."""
+    if type(item) is not bytes:
+        raise RuntimeError(f"a rank returned {type(item).__name__}, not the judge's bytes")
+    return _torch_load(io.BytesIO(item), weights_only=True)
+
+
+def _first_sentence(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return text[:300]
+
+
+def _timeout_line(exc: RankTimeoutError, timeout_s: float, sources: dict) -> str:
+    ranks = ", ".join(map(str, exc.ranks))
+    where = rankside.student_frames_in_stack(next(iter(exc.stacks.values()), ""), sources)
+    line = f"✗ timed out: rank{'s' if len(exc.ranks) > 1 else ''} {ranks} did not finish within {timeout_s:g} s"
+    return line + (f" (stuck in {where})" if where else " (a rank waiting in a collective another rank never called?)")
+
+
+# ----- comparisons ------------------------------------------------------------------------
+
+def _mismatch(got, expected: torch.Tensor) -> str | None:
+    """None when ``got`` matches ``expected`` within ATOL/RTOL, else a short description."""
+    if got is None:
+        return "is missing (None)"
+    if tuple(got.shape) != tuple(expected.shape):
+        return f"has shape {tuple(got.shape)}, expected {tuple(expected.shape)}"
+    got, expected = got.to(_float64), expected.to(_float64)
+    if not bool(_isfinite(got).all()):
+        return "contains NaN or inf"
+    excess = (got - expected).abs() - (ATOL + RTOL * expected.abs())
+    if bool((excess > 0).any()):
+        index = int(excess.flatten().argmax())
+        worst_got, worst_expected = got.flatten()[index].item(), expected.flatten()[index].item()
+        max_error = (got - expected).abs().max().item()
+        return f"differs: max |got - expected| = {max_error:.3g} (e.g. got {worst_got:.4g}, expected {worst_expected:.4g})"
+    return None
+
+
+def _describe_calls(counts: dict) -> str:
+    calls = [f"{n} {op}" for op, n in sorted(counts.items()) if n]
+    return ", ".join(calls) if calls else "no collective"
+
+
+def _case_problem(expected_by_rank: list, student: list, reference: list) -> str | None:
+    """The first thing wrong with a run of a case (lowest rank first), or None."""
+    for rank, (got, want) in enumerate(zip(student, expected_by_rank)):
+        for key, label in (("out", "output"), ("dx", "input gradient dX")):
+            if key not in want:  # a test with no input (collectives, bandwidth) expects no dX
+                continue
+            problem = _mismatch(got[key], want[key])
+            if problem:
+                return f"{label} on rank {rank} {problem}"
+        for path, expected_grad in want["grads"].items():
+            problem = _mismatch(got["grads"].get(path), expected_grad)
+            if problem:
+                return f"gradient of {path} on rank {rank} {problem}"
+        for label, expected_value in want.get("values", {}).items():  # named measurements of a lab's test
+            problem = _mismatch(got.get("values", {}).get(label), expected_value)
+            if problem:
+                return f"{label} on rank {rank} {problem}"
+    for rank, (got, ref) in enumerate(zip(student, reference)):
+        for phase in ref["comm"]:  # "forward", "backward", and any phase a lab's test names
+            if got["comm"].get(phase, {}) != ref["comm"][phase]:
+                hint = ("; collectives called through a name imported with `from torch.distributed import ...` "
+                        "are not counted: call them as dist.all_reduce(...)") if not got["comm"].get(phase) else ""
+                return (f"{phase} on rank {rank} made {_describe_calls(got['comm'].get(phase, {}))}, "
+                        f"expected {_describe_calls(ref['comm'][phase])}{hint}")
+    return None
+
+
+def _expected_by_rank(spec: TestSpec, case: Case) -> list:
+    per_rank = []
+    for data in case.groups:
+        per_rank.extend(spec.expected(case, data))
+    return per_rank
+
+
+def compare(test: str, spec: TestSpec, cases: list, results: list) -> Verdict:
+    """The verdict on the decoded per-rank results of ``rankside.run_on_rank`` for ``cases``."""
+    lines, failures = [], 0
+    for index, case in enumerate(cases):
+        expected = _expected_by_rank(spec, case)
+        reference = [r["reference"][index] for r in results]
+        reference_problem = _case_problem(expected, reference, reference)
+        if reference_problem:
+            return Verdict(test, spec.title, False, [f"✗ judge error in {case.name}: the reference {reference_problem}"],
+                           judge_error=True)
+        problem = _case_problem(expected, [r["student"][index] for r in results], reference)
+        if problem:
+            failures += 1
+            if failures <= MAX_LISTED_FAILURES:
+                lines.append(f"✗ {case.name}: {problem}")
+        else:
+            lines.append(f"✓ {case.name}")
+    if failures > MAX_LISTED_FAILURES:
+        lines.append(f"✗ ... and {failures - MAX_LISTED_FAILURES} more failing cases")
+    return Verdict(test, spec.title, failures == 0, lines)
+
+
+# ----- dense maths shared by the lab specs ------------------------------------------------
+
+def dense_grads(forward: Callable, inputs: dict, upstream: torch.Tensor) -> tuple:
+    """Run ``forward(**leaves)`` in float64 and backpropagate ``upstream``.
+
+    Returns (output, {name: gradient}) with every tensor in float64.
+    """
+    leaves = {k: v.detach().to(_float64).requires_grad_(True) for k, v in inputs.items() if v is not None}
+    output = forward(**leaves, **{k: None for k, v in inputs.items() if v is None})
+    (output * upstream.to(_float64)).sum().backward()
+    return output.detach(), {k: v.grad for k, v in leaves.items()}
+
+
+def linear(x, weight, bias=None):
+    """Y = X W^T + b (the judge's own reference to torch's function, captured at import)."""
+    return _linear(x, weight, bias)
+
+
+def gelu(x):
+    """Exact GeLU (the judge's own reference to torch's function, captured at import)."""
+    return _gelu(x)

@@ -1,0 +1,265 @@
+"""The judge's code on a rank: reference first, then the submission, raw tensors back.
+
+``run_on_rank`` runs on every rank of a fresh ``labutils.launch``. Order matters: the lab's
+test spec and the reference kernels are imported when this function is unpickled, the
+reference runs every case (its results and communication pattern are what the submission
+is compared with), and only then is the submission's blob unpickled and run. What goes back
+to the judge is ``torch.save`` bytes holding plain tensors, strings and counts; an error in
+submission code comes back as ``StudentCodeFailed`` carrying text only.
+"""
+from __future__ import annotations
+
+import importlib
+import io
+import re
+import sys
+import traceback
+from contextlib import contextmanager
+
+import torch
+import torch.distributed as dist
+
+from labutils import commtrace
+from labutils.rank import device as rank_device
+
+#: Longest exception message quoted back to the student (characters).
+MAX_MESSAGE_CHARS = 300
+_STACK_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)')
+
+
+class StudentCodeFailed(RuntimeError):
+    """The submission's code raised on this rank; the message says what and where."""
+
+
+class JudgeFailed(RuntimeError):
+    """The reference itself failed on this rank: a fault of the judge, not of the student."""
+
+
+class SubmissionProblem(Exception):
+    """Something the judge checks about the submission's objects (a shape, a missing attribute)."""
+
+
+# ----- describing student errors without showing the judge's code --------------------------
+
+def _line_of(sources: dict, filename: str, lineno: int) -> str:
+    lines = sources.get(filename, "").splitlines()
+    return lines[lineno - 1].strip() if 0 < lineno <= len(lines) else ""
+
+
+def describe_exception(exc: BaseException, sources: dict) -> str:
+    """ "TypeError: message (in forward, line 3 of your cell: `code`)" using only the
+    submission's own frames (cells whose sources the client sent)."""
+    if isinstance(exc, SubmissionProblem):
+        return str(exc)
+    message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    text = f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+    text = text[:MAX_MESSAGE_CHARS]
+    student_frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename in sources]
+    if student_frames:
+        frame = student_frames[-1]
+        text += f" (in {frame.name}, line {frame.lineno} of your cell: `{_line_of(sources, frame.filename, frame.lineno)}`)"
+    return text
+
+
+def student_frames_in_stack(stack_text: str, sources: dict) -> str:
+    """The innermost submission frame of a stuck rank's stack (faulthandler order), or ""."""
+    for line in stack_text.splitlines():
+        match = _STACK_FRAME.match(line)
+        if match and match["file"] in sources:
+            lineno = int(match["line"])
+            return f"{match['func']}, line {lineno} of your cell: `{_line_of(sources, match['file'], lineno)}`"
+    return ""
+
+
+# ----- one case on one rank -------------------------------------------------------------------
+
+def _plain(value, what: str):
+    """A CPU tensor of the plain torch.Tensor class, or None; SubmissionProblem for anything else."""
+    if value is None:
+        return None
+    if not isinstance(value, torch.Tensor):
+        raise SubmissionProblem(f"{what} is a {type(value).__name__}, expected a torch.Tensor")
+    return value.detach().to("cpu").as_subclass(torch.Tensor).clone()
+
+
+def _attribute(module, path: str):
+    value = module
+    for name in path.split("."):
+        if not hasattr(value, name):
+            raise SubmissionProblem(f"{type(module).__name__} has no attribute {path!r}")
+        value = getattr(value, name)
+    return value
+
+
+class CaseRun:
+    """What a test's ``run_case`` uses on a rank: its group, data, parameter loading, phases."""
+
+    def __init__(self, group, tp_rank: int, tp_size: int, data: dict):
+        self.group, self.tp_rank, self.tp_size = group, tp_rank, tp_size
+        self.device = rank_device()
+        self._data = data
+        self._params: dict = {}
+        self.comm = {"forward": {}, "backward": {}}
+
+    def tensor(self, name: str) -> torch.Tensor:
+        """The case's tensor ``name`` on this rank's device (a fresh copy)."""
+        return self._data[name].to(self.device).clone()
+
+    def leaf(self, name: str, shard_last_dim: bool = False) -> torch.Tensor:
+        """Like ``tensor`` (or this rank's slice of its last dimension), requiring grad so that
+        its gradient can be read after backward."""
+        tensor = self.tensor(name)
+        if shard_last_dim:
+            tensor = self.shard_last_dim(tensor)
+        return tensor.requires_grad_(True)
+
+    def as_leaf(self, tensor: torch.Tensor) -> torch.Tensor:
+        """A copy of ``tensor`` that requires grad (a leaf of this case's graph)."""
+        return tensor.detach().clone().requires_grad_(True)
+
+    def shard_last_dim(self, tensor: torch.Tensor) -> torch.Tensor:
+        """This rank's contiguous slice of ``tensor``'s last dimension."""
+        return tensor.chunk(self.tp_size, dim=-1)[self.tp_rank].contiguous()
+
+    def load(self, module, shards: dict) -> None:
+        """Copy each shard into ``module``'s parameter at that dotted path (same shape required)."""
+        for path, shard in shards.items():
+            param = _attribute(module, path)
+            if shard is None:
+                if param is not None:
+                    raise SubmissionProblem(f"{path} should be None for this layer (bias=False)")
+                continue
+            if not isinstance(param, torch.Tensor) or not param.requires_grad:
+                raise SubmissionProblem(f"{path} is not a trainable parameter (found {type(param).__name__})")
+            if tuple(param.shape) != tuple(shard.shape):
+                raise SubmissionProblem(
+                    f"{path} has shape {tuple(param.shape)} on tp rank {self.tp_rank}; "
+                    f"this rank's shard has shape {tuple(shard.shape)}")
+            with torch.no_grad():
+                param.copy_(shard)
+            self._params[path] = param
+
+    @contextmanager
+    def phase(self, name: str):
+        """Count the torch.distributed calls made inside the block as phase ``name``."""
+        with commtrace.record() as trace:
+            yield
+        self.comm[name] = {op: entry["calls"] for op, entry in trace.summary().items()}
+
+    def result(self, out, dx) -> dict:
+        """The case's outcome on this rank: output, input gradient, parameter gradients, calls."""
+        return {
+            "out": _plain(out, "the output"),
+            "dx": _plain(dx, "the input gradient"),
+            "grads": {path: _plain(p.grad, f"the gradient of {path}") for path, p in self._params.items()},
+            "comm": self.comm,
+        }
+
+
+# ----- the rank's whole job ---------------------------------------------------------------------
+
+def _tp_groups(world_size: int, tp_sizes: list) -> dict:
+    """{tp_size: this rank's group}: consecutive blocks of tp_size ranks (every rank joins all)."""
+    rank, mine = dist.get_rank(), {}
+    for tp_size in tp_sizes:
+        for start in range(0, world_size, tp_size):
+            ranks = list(range(start, start + tp_size))
+            group = dist.new_group(ranks)
+            if rank in ranks:
+                mine[tp_size] = group
+    return mine
+
+
+def _run_case(spec, objects: dict, case, groups: dict) -> dict:
+    rank = dist.get_rank()
+    run = CaseRun(groups[case.tp_size], rank % case.tp_size, case.tp_size, case.groups[rank // case.tp_size])
+    return spec.run_case(objects, case, run)
+
+
+def _by_value_namespaces(objects: dict) -> list:
+    """The globals dicts that cloudpickle rebuilt for the submission's functions and methods."""
+    functions = []
+    for obj in objects.values():
+        if isinstance(obj, type):
+            for klass in obj.__mro__:
+                for attr in vars(klass).values():
+                    attr = getattr(attr, "__func__", attr)
+                    functions.extend(f for f in (attr, getattr(attr, "fget", None)) if callable(f))
+        elif callable(obj):
+            functions.append(obj)
+    namespaces = {}
+    for fn in functions:
+        namespace = getattr(fn, "__globals__", None)
+        if namespace is None:
+            continue
+        live_module = sys.modules.get(namespace.get("__name__"))
+        if live_module is None or namespace is not vars(live_module):
+            namespaces[id(namespace)] = namespace
+    return list(namespaces.values())
+
+
+#: Top-level packages of the grader: a submission must not hand the judge their objects.
+GRADER_PACKAGES = ("reference", "judge", "autograder")
+
+
+def grader_code_in(objects: dict) -> str | None:
+    """"NAME (module.object)" if the submission's objects are, inherit from or call the grader's
+    own code (a ``from reference... import`` run at grading time), else None."""
+    def origin(value) -> str:
+        if isinstance(value, type(sys)):
+            return value.__name__
+        return getattr(value, "__module__", None) or ""
+
+    candidates = []
+    for name, obj in objects.items():
+        candidates.append((name, obj))
+        if isinstance(obj, type):
+            candidates += [(name, klass) for klass in obj.__mro__]
+    for namespace in _by_value_namespaces(objects):
+        candidates += [(name, value) for name, value in namespace.items() if not name.startswith("__")]
+    for name, value in candidates:
+        module = origin(value)
+        if module.split(".")[0] in GRADER_PACKAGES:
+            qualname = getattr(value, "__qualname__", "")
+            return f"{name} ({module}.{qualname})" if qualname else f"{name} ({module})"
+    return None
+
+
+def substitute(objects: dict, replacements: dict) -> None:
+    """Make the submission's code use ``replacements`` (reference objects) for those names, so
+    that a part is graded on its own, whatever the parts it builds on do."""
+    for namespace in _by_value_namespaces(objects):
+        for name, replacement in replacements.items():
+            if name in namespace:
+                namespace[name] = replacement
+
+
+def run_on_rank(lab: str, test: str, cases: list, blob: bytes, sources: dict) -> bytes:
+    """Run ``test`` of ``lab``: reference, then submission; return torch.save bytes."""
+    module = importlib.import_module(f"judge.{lab}")
+    spec = module.TESTS[test]
+    groups = _tp_groups(spec.world_size, sorted({case.tp_size for case in cases}))
+    try:
+        reference = [_run_case(spec, module.REFERENCE, case, groups) for case in cases]
+    except BaseException as exc:
+        raise JudgeFailed("".join(traceback.format_exception(exc))[-2000:]) from None
+    # Only from here on does submission code exist in this process.
+    import cloudpickle
+
+    try:
+        objects = cloudpickle.loads(blob)
+    except BaseException as exc:
+        raise StudentCodeFailed(f"your code could not be loaded on the ranks: {describe_exception(exc, sources)}") from None
+    borrowed = grader_code_in(objects)
+    if borrowed:
+        raise StudentCodeFailed(f"your code uses the grader's own implementation: {borrowed}")
+    substitute(objects, {name: module.REFERENCE[name] for name in spec.substitutes})
+    student = []
+    for case in cases:
+        try:
+            student.append(_run_case(spec, objects, case, groups))
+        except BaseException as exc:
+            raise StudentCodeFailed(f"{case.name}: {describe_exception(exc, sources)}") from None
+    buffer = io.BytesIO()
+    torch.save({"reference": reference, "student": student}, buffer)
+    return buffer.getvalue()

@@ -1,0 +1,200 @@
+"""The judge process: a fresh, isolated interpreter that runs hidden tests and keeps verdicts.
+
+    python -I grading/judge/server.py --stdio               # started by a kernel (judge.client)
+    python -I grading/judge/server.py --service --log FILE  # started by `labutils grade`
+
+``-I`` ignores PYTHON* variables, the user site and the current folder; this script adds
+only ``grading/`` to ``sys.path``. The engine, the lab specs and the reference kernels are
+imported before the first request. Output of the ranks goes to the log (or nowhere), never
+to the reply channel, which is a private copy of the original stdout.
+
+--stdio: requests on stdin, one reply each on stdout; the process ends with stdin.
+--service: ``labutils grade`` drives it on stdin/stdout with JSON control frames:
+    {"cmd": "begin", "submission": ID, "socket": PATH}  -> {"ok": true}; kernels may now
+        connect to PATH (one request per connection), their verdicts are kept for ID;
+    {"cmd": "end"}  -> {"submission": ID, "verdicts": [...]}; PATH is removed.
+The kernels' replies are only what they print; ``labutils grade`` scores from the kept
+verdicts, so a notebook that fakes a pass is caught.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import selectors
+import socket
+import sys
+import traceback
+
+GRADING_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if GRADING_DIR not in sys.path:
+    sys.path.insert(0, GRADING_DIR)
+
+#: Seconds a connected kernel has to send its whole request.
+REQUEST_READ_TIMEOUT_S = 60.0
+#: What a student sees when the judge itself failed (details go to the instructor only).
+JUDGE_ERROR_LINE = "✗ the grader failed on this part (judge error); your instructor will grade it by hand"
+
+
+def _detach_output(log_path: str | None):
+    """Keep the original stdout for replies only; send fd 1 and 2 (ranks' output too) to the log."""
+    reply = os.fdopen(os.dup(1), "wb")
+    target = os.open(log_path or os.devnull, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(target, 1)
+    os.dup2(target, 2)
+    os.close(target)
+    sys.stdout = open(1, "w", buffering=1, encoding="utf-8", errors="replace", closefd=False)
+    sys.stderr = open(2, "w", buffering=1, encoding="utf-8", errors="replace", closefd=False)
+    return reply
+
+
+def judge_request(header: dict, blob: bytes, options) -> dict:
+    """The verdict (as a dict) for one request; judge faults become a judge_error verdict."""
+    from judge import engine
+
+    test = str(header.get("test"))
+    try:
+        verdict = engine.run_test(str(header.get("lab")), test, list(header.get("names", [])), blob,
+                                  dict(header.get("sources", {})), rank_timeout_s=options.rank_timeout,
+                                  backend=options.backend)
+        result = verdict.as_dict()
+    except Exception:
+        detail = traceback.format_exc()
+        result = {"test": test, "title": test, "passed": False, "lines": [], "judge_error": True,
+                  "summary": "", "detail": detail}
+    if result["judge_error"]:
+        result["detail"] = result.get("detail") or "\n".join(result["lines"])
+        result["lines"] = [JUDGE_ERROR_LINE]
+        result["summary"] = f"{result['title']}: judge error"
+    print(f"[judge] {test}: {'passed' if result['passed'] else 'failed'}"
+          + (f"\n{result['detail']}" if result["judge_error"] else ""), flush=True)
+    return result
+
+
+def serve_stdio(reply, options) -> None:
+    from judge.protocol import read_message, write_message
+
+    stdin = sys.stdin.buffer
+    while True:
+        try:
+            header, blob = read_message(stdin)
+        except EOFError:
+            return
+        write_message(reply, judge_request(header, blob, options))
+
+
+class _Service:
+    """The state of --service mode: the current submission, its socket and its verdicts."""
+
+    def __init__(self, reply, options):
+        self.reply, self.options = reply, options
+        self.selector = selectors.DefaultSelector()
+        self.submission = None
+        self.listener = None
+        self.socket_path = None
+        self.verdicts: list = []
+
+    def control(self, message: dict) -> bool:
+        """Handle one control frame; False when the service should stop."""
+        from judge.protocol import write_message
+
+        command = message.get("cmd")
+        if command == "begin":
+            self._close_listener()
+            self.submission, self.verdicts = str(message["submission"]), []
+            self.socket_path = str(message["socket"])
+            self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            self.listener.bind(self.socket_path)
+            self.listener.listen(8)
+            self.selector.register(self.listener, selectors.EVENT_READ, "listener")
+            write_message(self.reply, {"ok": True})
+        elif command == "end":
+            self._close_listener()
+            write_message(self.reply, {"submission": self.submission, "verdicts": self.verdicts})
+            self.submission, self.verdicts = None, []
+        elif command == "stop":
+            return False
+        else:
+            write_message(self.reply, {"error": f"unknown command {command!r}"})
+        return True
+
+    def _close_listener(self) -> None:
+        if self.listener is not None:
+            self.selector.unregister(self.listener)
+            self.listener.close()
+            self.listener = None
+            try:
+                os.unlink(self.socket_path)
+            except OSError:
+                pass
+
+    def serve_connection(self, conn: socket.socket) -> None:
+        """One kernel request: read it, judge it, keep the verdict, answer (if still connected)."""
+        from judge.protocol import ProtocolError, read_message, write_message
+
+        conn.settimeout(REQUEST_READ_TIMEOUT_S)
+        stream = conn.makefile("rwb")
+        try:
+            header, blob = read_message(stream)
+        except (EOFError, ProtocolError, OSError):
+            return
+        verdict = judge_request(header, blob, self.options)
+        self.verdicts.append(verdict)
+        try:
+            write_message(stream, verdict)
+        except OSError:
+            pass  # the kernel went away (interrupted or killed): the verdict is kept anyway
+
+
+def serve_service(reply, options) -> None:
+    from judge.protocol import read_message
+
+    service = _Service(reply, options)
+    stdin = os.fdopen(0, "rb", buffering=0, closefd=False)  # unbuffered: select() sees every frame
+    service.selector.register(stdin, selectors.EVENT_READ, "control")
+    while True:
+        for key, _ in service.selector.select():
+            if key.data == "control":
+                try:
+                    message, _ = read_message(stdin)
+                except EOFError:
+                    return
+                if not service.control(message):
+                    return
+            else:
+                conn, _ = service.listener.accept()
+                with conn:
+                    service.serve_connection(conn)
+
+
+def _warm_up(options) -> None:
+    """Start labutils' rank template now, so the first request pays no torch import."""
+    import labutils
+
+    labutils.launch(os.getpid, 1, backend="gloo", timeout=options.rank_timeout)  # any call on one rank
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description="the judge process of the graded labs")
+    mode = parser.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--stdio", action="store_true", help="serve one kernel over stdin/stdout")
+    mode.add_argument("--service", action="store_true", help="serve kernels over Unix sockets for labutils grade")
+    parser.add_argument("--rank-timeout", type=float, default=60.0, help="seconds one test's ranks may run")
+    parser.add_argument("--backend", default="auto", choices=["auto", "gloo", "nccl"])
+    parser.add_argument("--log", help="file for the judge's and the ranks' output (default: discarded)")
+    options = parser.parse_args(argv)
+    reply = _detach_output(options.log)
+    from judge import engine
+
+    for lab in engine.available_labs():  # the specs and the reference, before any request
+        engine.load_lab(lab)
+
+    if options.service:
+        _warm_up(options)
+        serve_service(reply, options)
+    else:
+        serve_stdio(reply, options)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

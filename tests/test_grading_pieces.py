@@ -1,0 +1,187 @@
+"""The grading machinery's parts that need no kernel: wire format, fixtures, tampering, feedback."""
+from __future__ import annotations
+
+import copy
+import io
+import json
+import os
+import sys
+
+import nbformat
+import pytest
+from nbformat.v4 import new_output
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, "grading"))
+
+from autograder.feedback import REDACTED, SanitizeHiddenTests, split_hidden_region  # noqa: E402
+from autograder.fixtures import apply_fixture, parse_fixture, student_solution  # noqa: E402
+from autograder.tampering import find_tampering  # noqa: E402
+from judge.protocol import MAX_HEADER_BYTES, ProtocolError, read_message, write_message  # noqa: E402
+
+LAB = "lab01_tensor_parallel"
+FIXTURES = os.path.join(REPO, "tests", "fixtures", "lab01")
+
+
+def _notebook(kind: str):
+    folder = "solutions" if kind == "source" else "labs"
+    return nbformat.read(os.path.join(REPO, folder, LAB, f"{LAB}.ipynb"), as_version=4)
+
+
+def _cell(nb, grade_id):
+    return next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == grade_id)
+
+
+# ----- wire format --------------------------------------------------------------------------
+
+def test_a_message_round_trips_with_its_blob():
+    stream = io.BytesIO()
+    write_message(stream, {"lab": LAB, "names": ["f"]}, b"\x00blob")
+    write_message(stream, {"ok": True})
+    stream.seek(0)
+    assert read_message(stream) == ({"lab": LAB, "names": ["f"]}, b"\x00blob")
+    assert read_message(stream) == ({"ok": True}, b"")
+    with pytest.raises(EOFError):
+        read_message(stream)
+
+
+def test_garbage_and_oversized_frames_are_refused():
+    with pytest.raises(ProtocolError, match="too large"):
+        read_message(io.BytesIO((MAX_HEADER_BYTES + 1).to_bytes(4, "big") + (0).to_bytes(8, "big")))
+    with pytest.raises(ProtocolError, match="not JSON"):
+        read_message(io.BytesIO((3).to_bytes(4, "big") + (0).to_bytes(8, "big") + b"{{{"))
+    with pytest.raises(EOFError):
+        read_message(io.BytesIO((10).to_bytes(4, "big") + (0).to_bytes(8, "big") + b"{}"))
+
+
+# ----- fixtures stay in sync with the solution ------------------------------------------------
+
+def test_the_student_solution_is_the_release_with_the_source_solutions():
+    source, release = _notebook("source"), _notebook("release")
+    solution = student_solution(source, release)
+    assert [c.id for c in solution.cells] == [c.id for c in release.cells]
+    f_cell = _cell(solution, "f").source
+    assert "dist.all_reduce(grad_input, group=ctx.group)" in f_cell and "SOLUTION" not in f_cell
+    assert "raise NotImplementedError" not in "".join(c.source for c in solution.cells)
+    assert "HIDDEN TESTS" not in "".join(c.source for c in solution.cells)  # hidden tests stay out
+
+
+@pytest.mark.parametrize("name", sorted(f[:-3] for f in os.listdir(FIXTURES) if f.endswith(".py")))
+def test_every_fixture_applies_to_todays_solution_and_says_what_it_costs(name):
+    with open(os.path.join(FIXTURES, f"{name}.py")) as f:
+        fixture = parse_fixture(name, f.read())
+    assert fixture.description and (fixture.loses or fixture.reports)
+    changed = apply_fixture(student_solution(_notebook("source"), _notebook("release")), fixture)
+    test_cells = {c.metadata.nbgrader["grade_id"] for c in _notebook("release").cells
+                  if c.metadata.get("nbgrader", {}).get("grade")}
+    assert fixture.loses <= test_cells
+    for action, grade_id, text in fixture.edits:
+        ids = [c.metadata.get("nbgrader", {}).get("grade_id") for c in changed.cells]
+        assert (grade_id not in ids) if action == "delete" else (text in _cell(changed, grade_id).source)
+
+
+def test_a_fixture_that_names_a_missing_cell_fails_loudly():
+    fixture = parse_fixture("broken", "# nothing\n# loses: test_f\n# %% replace: no_such_cell\npass\n")
+    with pytest.raises(KeyError, match="no_such_cell"):
+        apply_fixture(_notebook("release"), fixture)
+    with pytest.raises(ValueError, match="changes nothing"):
+        parse_fixture("empty", "# loses: test_f\n")
+
+
+# ----- tampering --------------------------------------------------------------------------------
+
+def test_an_untouched_or_solved_release_is_not_tampered_with():
+    release = _notebook("release")
+    solved = student_solution(_notebook("source"), release)
+    _cell(solved, "check_f").outputs = [new_output("stream", name="stdout", text="f: passed\n")]
+    assert find_tampering(release, release) == []
+    assert find_tampering(release, solved) == []
+
+
+def test_edited_deleted_and_duplicated_protected_cells_are_found():
+    release = _notebook("release")
+    submitted = copy.deepcopy(release)
+    _cell(submitted, "check_helpers").source += "\ncheck_close = lambda *a, **k: None"
+    _cell(submitted, "test_row_parallel").metadata.nbgrader["points"] = 40
+    submitted.cells = [c for c in submitted.cells if c.metadata.get("nbgrader", {}).get("grade_id") != "test_g"]
+    submitted.cells.append(copy.deepcopy(_cell(release, "test_f")))
+    found = {str(t) for t in find_tampering(release, submitted)}
+    assert found == {"edited read-only cell check_helpers", "edited test cell test_row_parallel",
+                     "deleted test cell test_g", "duplicated test cell test_f"}
+
+
+def test_stripping_nbgrader_metadata_counts_as_deleting_the_cell():
+    release = _notebook("release")
+    submitted = copy.deepcopy(release)
+    del _cell(submitted, "check_f").metadata["nbgrader"]
+    assert [str(t) for t in find_tampering(release, submitted)] == ["deleted read-only cell check_f"]
+
+
+# ----- feedback ---------------------------------------------------------------------------------
+
+def _graded_cell(source: str, outputs: list):
+    cell = nbformat.v4.new_code_cell(source)
+    cell.metadata["nbgrader"] = {"grade": True, "grade_id": "test_x", "locked": True, "points": 2.0,
+                                 "schema_version": 3, "solution": False, "task": False}
+    cell.outputs = outputs
+    return cell
+
+
+HIDDEN = ('# Hidden tests of x (2 points).\n### BEGIN HIDDEN TESTS\n'
+          'from judge.client import judge\njudge("lab01_tensor_parallel", "test_x", thing=thing)\n### END HIDDEN TESTS')
+TRACEBACK = ["AssertionError Traceback", '----> 4 judge("lab01_tensor_parallel", "test_x", thing=thing)',
+             "AssertionError: 1 hidden check failed"]
+
+
+def _sanitized(cells: list, tmp_path, verdicts: dict | None = None):
+    nb = nbformat.v4.new_notebook(cells=cells)
+    preprocessor = SanitizeHiddenTests()
+    if verdicts is not None:
+        os.makedirs(tmp_path / LAB)
+        (tmp_path / LAB / "alice.json").write_text(json.dumps(verdicts))
+        preprocessor.verdicts_dir = str(tmp_path)
+    nb, _ = preprocessor.preprocess(nb, {"nbgrader": {"assignment": LAB, "student": "alice"}})
+    return nb
+
+
+def test_split_hidden_region_keeps_the_visible_part():
+    visible, hidden = split_hidden_region(HIDDEN)
+    assert visible == "# Hidden tests of x (2 points)."
+    assert hidden == ["from judge.client import judge", 'judge("lab01_tensor_parallel", "test_x", thing=thing)']
+
+
+def test_feedback_shows_the_judges_verdict_instead_of_the_hidden_cell(tmp_path):
+    cell = _graded_cell(HIDDEN, [new_output("stream", name="stdout", text="✗ case 1: output differs\n"),
+                                 new_output("error", ename="HiddenTestsFailed", evalue="1 failed", traceback=TRACEBACK)])
+    nb = _sanitized([cell], tmp_path, {"test_x": {"passed": False, "lines": ["✗ case 1: rank 0 output differs"]}})
+    (out,) = nb.cells[0].outputs
+    assert nb.cells[0].source == "# Hidden tests of x (2 points)."
+    assert out.text == "✗ case 1: rank 0 output differs\n"
+
+
+def test_without_a_verdict_only_check_lines_and_a_one_line_error_remain(tmp_path):
+    printed = "leaked: from judge.client import judge\n✗ case 1: output differs\nsomething else\n"
+    cell = _graded_cell(HIDDEN, [new_output("stream", name="stdout", text=printed),
+                                 new_output("stream", name="stderr", text="warning\n"),
+                                 new_output("error", ename="HiddenTestsFailed", evalue="1 failed", traceback=TRACEBACK)])
+    outputs = _sanitized([cell], tmp_path).cells[0].outputs
+    assert [o.output_type for o in outputs] == ["stream", "error"]
+    assert outputs[0].text == "✗ case 1: output differs\n"
+    assert outputs[1].traceback == ["HiddenTestsFailed: 1 failed"]
+
+
+def test_outputs_quoting_hidden_lines_and_tracebacks_through_the_grader_are_cut(tmp_path):
+    from autograder.feedback import GRADING_DIR
+
+    leak = nbformat.v4.new_code_cell("print(stolen)")
+    leak.outputs = [new_output("stream", name="stdout", text='judge("lab01_tensor_parallel", "test_x", thing=thing)\n')]
+    through = nbformat.v4.new_code_cell("judge('x', 'y')")
+    through.outputs = [new_output("error", ename="ValueError", evalue="bad",
+                                  traceback=[f"File {GRADING_DIR}/judge/client.py, line 3", "ValueError: bad"])]
+    harmless = nbformat.v4.new_code_cell("1/0")
+    harmless.outputs = [new_output("error", ename="ZeroDivisionError", evalue="division by zero",
+                                   traceback=["----> 1 1/0", "ZeroDivisionError: division by zero"])]
+    nb = _sanitized([_graded_cell(HIDDEN, []), leak, through, harmless], tmp_path)
+    assert nb.cells[1].outputs[0].text == REDACTED
+    assert nb.cells[2].outputs[0].traceback == ["ValueError: bad"]
+    assert nb.cells[3].outputs == harmless.outputs
