@@ -1,0 +1,148 @@
+"""What the end-to-end tests of labs 2 to 5 share: one lab's notebooks, its wrong-implementation
+fixtures (tests/fixtures/labNN), the solution's code run in a namespace, and the two ways a
+fixture is held to the parts it must lose (the judge alone, or real nbgrader through
+``autograder.runner.grade_class``, which is what ``labutils grade`` runs)."""
+from __future__ import annotations
+
+import os
+import sys
+
+import cloudpickle
+import nbformat
+import torch
+
+import labutils
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if os.path.join(REPO, "grading") not in sys.path:
+    sys.path.insert(0, os.path.join(REPO, "grading"))
+
+from autograder.fixtures import apply_fixture, parse_fixture, student_solution  # noqa: E402
+from autograder.runner import GradeOptions, grade_class  # noqa: E402
+from judge import engine, rankside  # noqa: E402
+
+
+class GradedLab:
+    """Lab ``name`` (``labNN_topic``) with its fixtures in ``tests/fixtures/labNN``.
+
+    ``given_cells``: grade_ids of the read-only cells the solution's code needs besides the
+    ``parameters`` cell; ``rank_timeout_s``: seconds a call on ranks may run while grading
+    (a deadlocking fixture waits this long)."""
+
+    def __init__(self, name: str, *, rank_timeout_s: float, given_cells=("setup", "check_helpers")):
+        self.name = name
+        self.fixtures_dir = os.path.join(REPO, "tests", "fixtures", name[:5])
+        self.rank_timeout_s = rank_timeout_s
+        self.given_cells = tuple(given_cells)
+
+    # ----- what the lab is made of
+
+    def notebooks(self):
+        """(nbgrader source notebook, released notebook)."""
+        source = nbformat.read(os.path.join(REPO, "solutions", self.name, f"{self.name}.ipynb"), as_version=4)
+        release = nbformat.read(os.path.join(REPO, "labs", self.name, f"{self.name}.ipynb"), as_version=4)
+        return source, release
+
+    def tests(self) -> dict:
+        """The judge's test specs: {test cell id: engine.TestSpec}."""
+        return engine.load_lab(self.name).TESTS
+
+    def fixture_names(self) -> list:
+        return sorted(name[:-3] for name in os.listdir(self.fixtures_dir) if name.endswith(".py"))
+
+    def fixture(self, name: str):
+        with open(os.path.join(self.fixtures_dir, f"{name}.py")) as f:
+            return parse_fixture(name, f.read())
+
+    def solution_namespace(self, fixture: str | None = None) -> dict:
+        """The solution's code cells (or a fixture's), without checks and hidden tests, run in a
+        ``__main__`` namespace (so cloudpickle sends its functions by value)."""
+        notebook = student_solution(*self.notebooks())
+        if fixture:
+            notebook = apply_fixture(notebook, self.fixture(fixture))
+        namespace = {"__name__": "__main__"}
+        for cell in notebook.cells:
+            nbgrader = cell.metadata.get("nbgrader", {})
+            given = cell.id == "parameters" or nbgrader.get("grade_id") in self.given_cells
+            if cell.cell_type == "code" and (given or nbgrader.get("solution")):
+                exec(compile(cell.source, f"<cell {cell.id}>", "exec"), namespace)
+        return namespace
+
+    # ----- checks every lab's test file makes
+
+    def judge_the_solution(self, test: str):
+        """Run hidden test ``test`` on the solution's code on ranks, as the judge does, and assert
+        it passes. Returns (cases, per-rank results): each result's ``reference`` holds what the
+        reference kernel did on every case (its ``comm`` counts and ``values``)."""
+        spec = self.tests()[test]
+        cases = spec.make_cases(torch.Generator().manual_seed(0))
+        namespace = self.solution_namespace()
+        objects = {name: namespace[name] for name in spec.objects}
+        raw = labutils.launch(rankside.run_on_rank, spec.world_size, self.name, test, cases,
+                              cloudpickle.dumps(objects), {}, backend="gloo", timeout=60)
+        results = [engine.decode(item) for item in raw]
+        verdict = engine.compare(test, spec, cases, results)
+        assert verdict.passed and not verdict.judge_error, verdict.lines
+        return cases, results
+
+    def check_fixtures_apply_and_name_real_test_cells(self) -> None:
+        """Every fixture still applies to today's solution and loses only cells that exist."""
+        source, release = self.notebooks()
+        test_cells = _graded_cells(release)
+        assert test_cells == set(self.tests())
+        for name in self.fixture_names():
+            fixture = self.fixture(name)
+            assert fixture.description and fixture.loses and fixture.loses <= test_cells, name
+            apply_fixture(student_solution(source, release), fixture)
+
+    def losses_through_the_judge(self, fixture: str) -> set:
+        """Test cells the fixture fails when the judge runs each test on its code (no kernel)."""
+        namespace = self.solution_namespace(fixture)
+        lost = set()
+        for test, spec in self.tests().items():
+            objects = {name: namespace[name] for name in spec.objects}
+            verdict = engine.run_test(self.name, test, list(objects), cloudpickle.dumps(objects), {},
+                                      rank_timeout_s=self.rank_timeout_s, backend="gloo", seed=5)
+            assert not verdict.judge_error, verdict.lines
+            if not verdict.passed:
+                lost.add(test)
+        return lost
+
+    def grade_through_nbgrader(self, tmp_path, fixtures, max_points: int):
+        """Grade the solution, the release and ``fixtures`` with real nbgrader; assert that each
+        loses exactly its parts (the release all of them) and nothing is forged or tampered with.
+        Returns the class report."""
+        source, release = self.notebooks()
+        submissions = tmp_path / "submitted"
+        expected_losses = {"solution": set(), "release": _graded_cells(release)}
+        notebooks = {"solution": student_solution(source, release), "release": release}
+        for name in fixtures:
+            fixture = self.fixture(name)
+            notebooks[name] = apply_fixture(notebooks["solution"], fixture)
+            expected_losses[name] = fixture.loses
+        for student, notebook in notebooks.items():
+            (submissions / student).mkdir(parents=True)
+            nbformat.write(notebook, str(submissions / student / f"{self.name}.ipynb"))
+
+        report = grade_class(GradeOptions(self.name, str(submissions), str(tmp_path / "course"), workers=2,
+                                          rank_timeout_s=self.rank_timeout_s, backend="gloo"))
+
+        assert report.max_points == max_points
+        for outcome in report.outcomes:
+            assert not outcome.failure, (outcome.student, outcome.failure)
+            lost = {part.cell for part in outcome.parts if part.points != part.max_points}
+            assert lost == expected_losses[outcome.student], (outcome.student, [(p.cell, p.lines[:2])
+                                                                                for p in outcome.parts])
+            assert outcome.points == max_points - sum(p.max_points for p in outcome.parts if p.cell in lost)
+            assert not outcome.forged and not outcome.tampering, outcome.student
+        return report
+
+
+def part(report, student: str, cell: str):
+    """The graded part ``cell`` of ``student``'s outcome in a class report."""
+    outcome = next(o for o in report.outcomes if o.student == student)
+    return next(p for p in outcome.parts if p.cell == cell)
+
+
+def _graded_cells(notebook) -> set:
+    return {c.metadata.nbgrader["grade_id"] for c in notebook.cells if c.metadata.get("nbgrader", {}).get("grade")}

@@ -1,0 +1,44 @@
+"""Lab 4 (ZeRO) graded end to end: the reference makes ZeRO's collectives (an all-reduce or a
+reduce-scatter of the gradients, an all-gather of the parameters) on shards the group size
+does not divide; through real nbgrader (``autograder.runner.grade_class``, what ``labutils
+grade`` runs) the solution scores full marks, the release zero, and the fixtures of the
+issue's mistakes (parameters not all-gathered, state for all parameters on every rank, uneven
+shards wrong) lose exactly the parts they name; the other fixtures in tests/fixtures/lab04 are
+held to the same through the judge alone (no kernel), to keep this file near 90 s on 2 cores."""
+from __future__ import annotations
+
+import pytest
+
+from graded_lab import GradedLab
+
+LAB = GradedLab("lab04_zero", rank_timeout_s=30.0, given_cells=("setup", "check_helpers", "given_slots"))
+#: The fixtures graded through nbgrader; the others go through the judge only.
+NBGRADER_FIXTURES = ("stale_ranks_without_all_gather", "full_state_on_every_rank", "uneven_shards_rounded_up")
+pytestmark = pytest.mark.usefixtures("no_leftover_processes")
+
+#: reference.md, ZeRO: stages 1 and 2 move 2 Psi per step, as an all-reduce (stage 1) or a
+#: reduce-scatter (stage 2) of the gradients, then an all-gather of the parameters.
+STEP_COLLECTIVES = {"test_zero_stage1": {"all_reduce": 1, "all_gather": 1},
+                    "test_zero_stage2": {"reduce_scatter": 1, "all_gather": 1}}
+
+
+@pytest.mark.parametrize("test", list(STEP_COLLECTIVES))
+def test_the_reference_communicates_as_zero_does_and_the_solution_passes(test):
+    cases, results = LAB.judge_the_solution(test)
+    for result in results:
+        for case, reference in zip(cases, result["reference"]):
+            assert reference["comm"]["step"] == STEP_COLLECTIVES[test], case.name
+    assert any(sum(v.numel() for k, v in case.groups[0].items() if k.startswith("p")) % case.tp_size for case in cases)
+
+
+def test_every_fixture_applies_to_todays_solution_and_names_real_test_cells():
+    LAB.check_fixtures_apply_and_name_real_test_cells()
+
+
+@pytest.mark.parametrize("name", [n for n in LAB.fixture_names() if n not in NBGRADER_FIXTURES])
+def test_through_the_judge_each_other_fixture_loses_exactly_its_parts(name):
+    assert LAB.losses_through_the_judge(name) == LAB.fixture(name).loses
+
+
+def test_through_nbgrader_the_solution_scores_full_marks_the_release_zero_and_each_fixture_its_loss(tmp_path):
+    LAB.grade_through_nbgrader(tmp_path, NBGRADER_FIXTURES, max_points=12)

@@ -1,0 +1,43 @@
+"""Lab 5 (pipeline parallelism) graded end to end: the reference holds m microbatches in
+flight with GPipe and p - stage with 1F1B and sends m activations and m gradients per link;
+through real nbgrader (``autograder.runner.grade_class``, what ``labutils grade`` runs) the
+solution scores full marks, the release zero, and the fixtures of the issue's mistakes (1F1B
+that keeps every microbatch in flight, losses not scaled by m, a schedule that deadlocks and
+must time out) lose exactly the parts they name."""
+from __future__ import annotations
+
+import pytest
+
+from graded_lab import GradedLab, part
+
+#: The deadlock fixture waits out the rank timeout (seconds), twice.
+LAB = GradedLab("lab05_pipeline_parallel", rank_timeout_s=8.0)
+pytestmark = pytest.mark.usefixtures("no_leftover_processes")
+
+
+def _peak(test: str, case, stage: int) -> int:
+    """reference.md: GPipe holds all m microbatches; 1F1B at most p on stage 0 (p - stage on stage s)."""
+    m = case.params["m"]
+    return m if test == "test_gpipe" else min(case.tp_size - stage, m)
+
+
+@pytest.mark.parametrize("test", ["test_gpipe", "test_1f1b"])
+def test_the_reference_holds_what_the_schedule_says_and_the_solution_passes(test):
+    cases, results = LAB.judge_the_solution(test)
+    for rank, result in enumerate(results):
+        for case, reference in zip(cases, result["reference"]):
+            stage = rank % case.tp_size
+            assert reference["values"]["peak microbatches in flight"].item() == _peak(test, case, stage), case.name
+            messages = case.params["m"] * ((stage > 0) + (stage < case.tp_size - 1))
+            assert reference["comm"]["step"] == ({"send": messages, "recv": messages} if messages else {}), case.name
+    assert any(case.params["m"] < case.tp_size for case in cases)
+
+
+def test_every_fixture_applies_to_todays_solution_and_names_real_test_cells():
+    LAB.check_fixtures_apply_and_name_real_test_cells()
+
+
+def test_through_nbgrader_the_solution_scores_full_marks_the_release_zero_and_each_fixture_its_loss(tmp_path):
+    report = LAB.grade_through_nbgrader(tmp_path, LAB.fixture_names(), max_points=10)
+    one_f_one_b = part(report, "blocking_sends_deadlock_1f1b", "test_1f1b")
+    assert "timed out" in one_f_one_b.lines[0] and "send" in one_f_one_b.lines[0]
