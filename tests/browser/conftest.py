@@ -1,0 +1,150 @@
+"""Fixtures for the browser tests: Debian's Chromium, a throwaway JupyterLab server, a page.
+
+The server serves a temporary copy of the course (notebooks/ and labs/) plus scratch
+notebooks that tests write, so running cells in the browser never changes the repository
+(JupyterLab autosaves). Screenshots land in test-artifacts/browser/ (gitignored).
+
+Chromium comes from apt (``install_chromium.sh``); the tests skip only where it cannot be
+installed (not root, or no apt-get), never because a download failed.
+"""
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from course_paths import ARTIFACTS, REPO
+from lab_server import LabServer
+from proctree import describe, labutils_processes_under, wait_until_gone
+
+INSTALLER = Path(__file__).with_name("install_chromium.sh")
+CHROMIUM = "/usr/bin/chromium"
+#: install_chromium.sh's exit status for "cannot be installed on this machine".
+CANNOT_INSTALL = 3
+CHROMIUM_ARGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+    "--disable-component-update", "--disable-sync", "--no-first-run",
+]
+#: A laptop-sized window: plots and per-rank output must be legible at this size.
+VIEWPORT = {"width": 1280, "height": 800}
+#: Course folders copied into the server's root.
+COURSE_FOLDERS = ("notebooks", "labs")
+#: Seconds for ranks to be gone once their kernel is shut down.
+CLEANUP_TIMEOUT_S = 15
+PYTHON3_KERNELSPEC = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
+
+
+def pytest_collection_modifyitems(config, items):
+    here = Path(__file__).parent
+    for item in items:
+        if here in Path(item.path).parents and "page" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.browser)
+            item.add_marker(pytest.mark.slow)
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "browser: drives JupyterLab in headless Chromium (tests/browser)")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Keep each phase's report on the item, so the page fixture knows whether the test failed."""
+    outcome = yield
+    report = outcome.get_result()
+    setattr(item, f"report_{report.when}", report)
+
+
+@pytest.fixture(scope="session")
+def chromium_executable() -> str:
+    """Path of Debian's Chromium, installed with apt on first use."""
+    result = subprocess.run([str(INSTALLER)], capture_output=True, text=True)
+    if result.returncode == CANNOT_INSTALL:
+        pytest.skip(f"browser tests need Chromium: {result.stderr.strip()}")
+    if result.returncode != 0:
+        pytest.fail(f"installing Chromium failed (status {result.returncode}):\n"
+                    f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
+    return CHROMIUM
+
+
+@pytest.fixture(scope="session")
+def artifacts_dir() -> Path:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    return ARTIFACTS
+
+
+@pytest.fixture(scope="session")
+def course_root(tmp_path_factory) -> Path:
+    """A temporary copy of the course folders the student opens (notebooks/, labs/)."""
+    root = tmp_path_factory.mktemp("course")
+    for folder in COURSE_FOLDERS:
+        if (REPO / folder).is_dir():
+            shutil.copytree(REPO / folder, root / folder,
+                            ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"))
+    (root / "scratch").mkdir()
+    return root
+
+
+@pytest.fixture(scope="session")
+def lab_server(chromium_executable, course_root, tmp_path_factory, artifacts_dir):
+    """``jupyter lab`` on the course copy; stopped by its pid; no labutils process may outlive it."""
+    server = LabServer.start(course_root, tmp_path_factory.mktemp("jupyter-state"),
+                             artifacts_dir / "jupyter-server.log")
+    yield server
+    labutils_pids = labutils_processes_under(server.pid)
+    server.stop()
+    survivors = wait_until_gone(labutils_pids, CLEANUP_TIMEOUT_S)
+    assert not survivors, f"labutils processes outlived the Jupyter server:\n{describe(survivors)}"
+
+
+@pytest.fixture(scope="session")
+def browser(chromium_executable):
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium_executable, args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def page(browser, lab_server, artifacts_dir, request):
+    """A fresh browser tab; on failure its last view is saved as FAILED-<test>.png.
+
+    Afterwards every kernel the test started is shut down and its ranks must be gone.
+    """
+    context = browser.new_context(viewport=VIEWPORT)
+    context.set_default_timeout(30_000)
+    tab = context.new_page()
+    yield tab
+    report = getattr(request.node, "report_call", None)
+    if report is not None and report.failed:
+        tab.screenshot(path=str(artifacts_dir / f"FAILED-{request.node.name}.png"))
+    context.close()
+    labutils_pids = labutils_processes_under(lab_server.pid)
+    lab_server.shutdown_kernels()
+    survivors = wait_until_gone(labutils_pids, CLEANUP_TIMEOUT_S)
+    assert not survivors, f"ranks outlived their kernel's shutdown:\n{describe(survivors)}"
+
+
+@pytest.fixture
+def workspace(request) -> str:
+    """A JupyterLab workspace name of this test's own (no tabs restored from other tests)."""
+    return re.sub(r"[^A-Za-z0-9_-]", "-", request.node.name)
+
+
+@pytest.fixture
+def make_notebook(course_root):
+    """Write a scratch notebook of code cells; returns its path relative to the server's root."""
+
+    def make(name: str, cells: list[str]) -> str:
+        notebook = nbformat.v4.new_notebook(metadata={"kernelspec": PYTHON3_KERNELSPEC})
+        notebook.cells = [nbformat.v4.new_code_cell(source) for source in cells]
+        path = course_root / "scratch" / f"{name}.ipynb"
+        nbformat.write(notebook, path)
+        return str(path.relative_to(course_root))
+
+    return make

@@ -1,0 +1,163 @@
+"""A throwaway JupyterLab server for the browser tests: started by Popen, stopped by its PID.
+
+    server = LabServer.start(root_dir, state_dir, log_path)
+    page.goto(server.url("lab/tree/notebooks/00_start_here.ipynb"))
+    server.stop()
+
+The server listens on 127.0.0.1 on a free port with a random token. Every Jupyter, IPython
+and matplotlib folder points into ``state_dir``, so the tests never read or write the
+user's settings, workspaces or kernels' runtime files. Its kernels are the ipykernel of
+the interpreter running the tests (the course's venv): jupyter_client replaces a
+kernelspec's ``python`` with the server's own interpreter.
+"""
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+#: Seconds the server may take to answer /api/status after start (2 busy cores: about 5 s).
+START_TIMEOUT_S = 90.0
+#: Seconds the server gets to shut its kernels down after SIGTERM before SIGKILL.
+STOP_TIMEOUT_S = 20.0
+
+#: JupyterLab user settings for an unattended browser: no news or update pop-ups, and every
+#: cell kept in the page (no windowing) so outputs can be read without scrolling.
+USER_SETTINGS = {
+    "@jupyterlab/apputils-extension/notification.jupyterlab-settings": {
+        "fetchNews": "false",
+        "checkForUpdates": False,
+    },
+    "@jupyterlab/notebook-extension/tracker.jupyterlab-settings": {"windowingMode": "none"},
+}
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def throwaway_environment(state_dir: Path) -> dict[str, str]:
+    """This process's environment with Jupyter, IPython and matplotlib state under ``state_dir``."""
+    env = dict(os.environ)
+    for name in ("JUPYTER_CONFIG_DIR", "JUPYTER_DATA_DIR", "JUPYTER_RUNTIME_DIR", "IPYTHONDIR", "MPLCONFIGDIR"):
+        folder = state_dir / name.lower()
+        folder.mkdir(parents=True, exist_ok=True)
+        env[name] = str(folder)
+    env.pop("JUPYTER_PATH", None)
+    return env
+
+
+def write_user_settings(config_dir: Path) -> None:
+    """Write :data:`USER_SETTINGS` where JupyterLab reads them (``$JUPYTER_CONFIG_DIR/lab/user-settings``)."""
+    for relative, settings in USER_SETTINGS.items():
+        path = config_dir / "lab" / "user-settings" / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(settings))
+
+
+@dataclass
+class LabServer:
+    """A running ``jupyter lab`` process: its pid, address, token and the folder it serves."""
+
+    process: subprocess.Popen
+    port: int
+    token: str
+    root_dir: Path
+    log_path: Path
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def url(self, path: str) -> str:
+        """Address of ``path`` (e.g. "lab/tree/x.ipynb") on this server, token included."""
+        separator = "&" if "?" in path else "?"
+        return f"http://127.0.0.1:{self.port}/{path.lstrip('/')}{separator}token={self.token}"
+
+    @classmethod
+    def start(cls, root_dir: Path, state_dir: Path, log_path: Path) -> "LabServer":
+        """Start ``jupyter lab`` serving ``root_dir`` and wait until it answers."""
+        env = throwaway_environment(state_dir)
+        write_user_settings(Path(env["JUPYTER_CONFIG_DIR"]))
+        port, token = free_port(), secrets.token_hex(16)
+        command = [
+            sys.executable, "-m", "jupyterlab", "--no-browser",
+            "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}", "--ServerApp.port_retries=0",
+            f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root_dir}",
+            "--LabApp.news_url=", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+        ]
+        if os.geteuid() == 0:
+            command.append("--allow-root")
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(log_path, "wb") as log:
+            process = subprocess.Popen(command, env=env, cwd=root_dir, stdin=subprocess.DEVNULL,
+                                       stdout=log, stderr=subprocess.STDOUT)
+        server = cls(process, port, token, root_dir, log_path)
+        try:
+            server._wait_until_answering()
+        except BaseException:
+            server.stop()
+            raise
+        return server
+
+    def _wait_until_answering(self) -> None:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"jupyter lab exited with status {self.process.returncode}; "
+                                   f"its log:\n{self.log_tail()}")
+            try:
+                with urllib.request.urlopen(self.url("api/status"), timeout=5) as response:
+                    if response.status == 200:
+                        return
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                pass
+            time.sleep(0.25)
+        raise TimeoutError(f"jupyter lab did not answer within {START_TIMEOUT_S:.0f} s; "
+                           f"its log:\n{self.log_tail()}")
+
+    def kernels(self) -> list[dict]:
+        """The server's running kernels, as its REST API lists them (id, execution_state, ...)."""
+        with urllib.request.urlopen(self.url("api/kernels"), timeout=10) as response:
+            return json.load(response)
+
+    def notebook(self, path: str) -> dict:
+        """The notebook at ``path`` as saved on the server (nbformat JSON: cells, outputs, metadata)."""
+        with urllib.request.urlopen(self.url(f"api/contents/{path}?content=1"), timeout=30) as response:
+            return json.load(response)["content"]
+
+    def shutdown_kernels(self) -> None:
+        """Shut every kernel down through the REST API (as File > Shut Down All Kernels does)."""
+        for kernel in self.kernels():
+            request = urllib.request.Request(self.url(f"api/kernels/{kernel['id']}"), method="DELETE")
+            with urllib.request.urlopen(request, timeout=30):
+                pass
+
+    def log_tail(self, num_bytes: int = 4000) -> str:
+        """The end of the server's log, for error messages."""
+        try:
+            return self.log_path.read_bytes()[-num_bytes:].decode(errors="replace")
+        except OSError:
+            return "(no log)"
+
+    def stop(self) -> None:
+        """SIGTERM the server by its pid (it shuts its kernels down), SIGKILL if it lingers."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()

@@ -1,0 +1,97 @@
+"""The process tree under a pid, read from /proc (Linux), for the browser tests' leak checks.
+
+    ranks = [p for p in descendants(server_pid) if is_labutils_process(p)]
+"""
+from __future__ import annotations
+
+import os
+import time
+
+#: Command-line fragments of the processes labutils starts (template and ranks forked from it,
+#: or spawned rank interpreters).
+LABUTILS_COMMANDS = ("labutils._template", "labutils._worker")
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    """Fields of /proc/PID/stat after the command name (state first), or None if gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+
+
+def is_alive(pid: int) -> bool:
+    """Whether ``pid`` exists and is not a zombie."""
+    fields = _stat_fields(pid)
+    return fields is not None and fields[0] != "Z"
+
+
+def parent_pid(pid: int) -> int | None:
+    """The parent of ``pid`` (None if it is gone)."""
+    fields = _stat_fields(pid)
+    return int(fields[1]) if fields is not None else None
+
+
+def children_by_parent() -> dict[int, list[int]]:
+    """Live (non-zombie) pids grouped by parent pid."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            fields = _stat_fields(int(entry))
+            if fields is not None and fields[0] != "Z":
+                children.setdefault(int(fields[1]), []).append(int(entry))
+    return children
+
+
+def descendants(pid: int) -> set[int]:
+    """Live descendant pids of ``pid`` (children, their children, ...)."""
+    children = children_by_parent()
+    found, todo = set(), [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
+def command_line(pid: int) -> str:
+    """The command line of ``pid`` with spaces between arguments ("" if it is gone)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return ""
+
+
+def is_labutils_process(pid: int) -> bool:
+    """Whether ``pid`` is a labutils template or rank process (by its command line)."""
+    line = command_line(pid)
+    return any(fragment in line for fragment in LABUTILS_COMMANDS)
+
+
+def labutils_processes_under(pid: int) -> set[int]:
+    """labutils template and rank processes anywhere below ``pid``."""
+    return {p for p in descendants(pid) if is_labutils_process(p)}
+
+
+def rank_processes(labutils_pids: set[int]) -> set[int]:
+    """The ranks among ``labutils_pids``: spawned workers, or processes forked by the template."""
+    return {p for p in labutils_pids
+            if "labutils._worker" in command_line(p) or parent_pid(p) in labutils_pids}
+
+
+def wait_until_gone(pids, timeout_s: float) -> set[int]:
+    """Wait up to ``timeout_s`` seconds for every pid to end; return those still alive."""
+    deadline = time.monotonic() + timeout_s
+    alive = {p for p in pids if is_alive(p)}
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.1)
+        alive = {p for p in alive if is_alive(p)}
+    return alive
+
+
+def describe(pids) -> str:
+    """One line per pid: "PID: command line", for assertion messages."""
+    return "\n".join(f"{p}: {command_line(p)}" for p in sorted(pids)) or "(none)"
