@@ -46,6 +46,10 @@ def add_arguments(parser) -> None:
     parser.add_argument("--submission-timeout", type=float, default=1200.0,
                         help="seconds a whole submission may take before it is stopped (default 1200)")
     parser.add_argument("--backend", choices=["auto", "gloo", "nccl"], default="auto", help="the judge's backend")
+    parser.add_argument("--memory-limit", type=float, default=None,
+                        help="GiB of host memory each grading process may allocate (kernels and ranks: a "
+                             "submission that allocates without end fails there); default: the RAM over "
+                             "8 processes per worker, between 1 and 8; 0: no cap")
     parser.add_argument("--grading-dir", help="the instructor's grading/ folder (default: $LAB_GRADING_DIR, "
                                               "or grading/ beside the labutils package)")
 
@@ -99,6 +103,8 @@ def main(args) -> int:
     for name in ("workers", "cell_timeout", "rank_timeout", "submission_timeout"):
         if not getattr(args, name) > 0:
             raise UsageError(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
+    if args.memory_limit is not None and not args.memory_limit >= 0:
+        raise UsageError(f"--memory-limit must be 0 (no cap) or a positive number of GiB, got {args.memory_limit}")
     from labutils.backend import BackendUnavailableError, choose_backend
 
     try:
@@ -108,7 +114,8 @@ def main(args) -> int:
     course_dir = args.course_dir or os.path.join(os.path.dirname(grading_dir), "build", "grading")
     options = GradeOptions(args.lab, args.submissions, course_dir, workers=args.workers,
                            cell_timeout_s=args.cell_timeout, rank_timeout_s=args.rank_timeout,
-                           submission_timeout_s=args.submission_timeout, backend=args.backend)
+                           submission_timeout_s=args.submission_timeout, backend=args.backend,
+                           memory_limit_gib=args.memory_limit)
     print(f"labutils grade: {args.lab} from {args.submissions} in {os.path.abspath(course_dir)} "
           f"({args.workers} workers)", file=sys.stderr, flush=True)
     try:

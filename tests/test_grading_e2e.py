@@ -23,6 +23,8 @@ from autograder.fixtures import apply_fixture, parse_fixture, student_solution  
 
 LAB = "lab01_tensor_parallel"
 FIXTURES_DIR = os.path.join(REPO, "tests", "fixtures", "lab01")
+#: GiB per grading process: the memory hog's 4 judge ranks fill it within the 10 s rank timeout.
+MEMORY_LIMIT_GIB = 1.5
 FIXTURES = {name[:-3]: parse_fixture(name[:-3], open(os.path.join(FIXTURES_DIR, name)).read())
             for name in sorted(os.listdir(FIXTURES_DIR)) if name.endswith(".py")}
 POINTS = {"test_f": 2, "test_g": 2, "test_column_parallel": 4, "test_row_parallel": 4, "test_parallel_mlp": 4}
@@ -67,7 +69,8 @@ def graded(tmp_path_factory):
     course = str(work / "course")
     started = time.monotonic()
     done = subprocess.run([sys.executable, "-m", "labutils", "grade", LAB, str(submissions), "--course-dir", course,
-                           "--workers", "2", "--rank-timeout", "10", "--cell-timeout", "120"],
+                           "--workers", "2", "--rank-timeout", "10", "--cell-timeout", "120",
+                           "--memory-limit", str(MEMORY_LIMIT_GIB)],
                           capture_output=True, text=True, timeout=900, cwd=REPO)
     assert done.returncode == 0, done.stdout + done.stderr
     with open(os.path.join(course, "reports", f"{LAB}.json")) as f:
@@ -96,7 +99,8 @@ def test_every_submission_is_graded_and_nothing_is_left_running(graded):
     assert set(graded["submissions"]) == {"solution", "untouched", *FIXTURES}
     assert all(set(parts) == set(POINTS) for parts in graded["parts"].values())
     assert _processes_inside(graded["course"]) == []
-    assert "10/10" in graded["stderr"]  # the progress bar reached the end
+    total = len(graded["submissions"])
+    assert f"{total}/{total}" in graded["stderr"]  # the progress bar reached the end
 
 
 def test_the_solution_scores_full_marks_and_the_untouched_release_zero(graded):
@@ -144,6 +148,13 @@ def test_a_hung_rank_times_out_within_the_rank_timeout_and_the_rest_is_graded(gr
     assert hung["seconds"] < 120
 
 
+def test_a_memory_hog_fails_within_the_memory_cap_and_the_rest_is_graded(graded):
+    hog = graded["submissions"]["memory_hog"]
+    (line, *_) = graded["parts"]["memory_hog"]["test_parallel_mlp"]["lines"]
+    assert "allocate memory" in line, line
+    assert hog["seconds"] < 120 and not any("KernelDied" in item for item in hog["attention"])
+
+
 def test_a_dead_kernel_keeps_the_parts_before_it(graded):
     killed = graded["submissions"]["kernel_killer"]
     assert any("KernelDied" in item for item in killed["attention"])
@@ -175,6 +186,7 @@ def test_usage_errors_are_one_line():
     assert main(["grade", "no_such_lab", REPO]) == 2
     assert main(["grade", LAB, os.path.join(REPO, "no_such_folder")]) == 2
     assert main(["grade", LAB, REPO, "--workers", "0"]) == 2
+    assert main(["grade", LAB, REPO, "--memory-limit", "-1"]) == 2
 
 
 def test_plain_nbgrader_grades_the_solution_with_a_judge_its_kernel_starts(tmp_path):

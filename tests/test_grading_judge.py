@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import labutils
-from conftest import descendants, wait_until_gone
+from proctree import descendants, wait_until_gone
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "grading"))
@@ -28,7 +28,7 @@ def no_leftover_processes_after_the_module():
     """One rank template for the whole module; afterwards no process of ours may survive."""
     yield
     labutils.shutdown()
-    left = wait_until_gone(descendants(), timeout=10.0)
+    left = wait_until_gone(descendants(), timeout_s=10.0)
     assert not left, f"processes left behind: {sorted(left)}"
 
 

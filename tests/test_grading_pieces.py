@@ -17,6 +17,7 @@ sys.path.insert(0, os.path.join(REPO, "grading"))
 from autograder.feedback import REDACTED, SanitizeHiddenTests, split_hidden_region  # noqa: E402
 from autograder.fixtures import apply_fixture, parse_fixture, student_solution  # noqa: E402
 from autograder.tampering import find_tampering  # noqa: E402
+from judge import limits  # noqa: E402
 from judge.protocol import MAX_HEADER_BYTES, ProtocolError, read_message, write_message  # noqa: E402
 
 LAB = "lab01_tensor_parallel"
@@ -30,6 +31,31 @@ def _notebook(kind: str):
 
 def _cell(nb, grade_id):
     return next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == grade_id)
+
+
+# ----- memory cap ---------------------------------------------------------------------------
+
+def test_the_default_memory_cap_shares_the_machine_between_1_and_8_gib(monkeypatch):
+    monkeypatch.setattr(limits, "total_memory_bytes", lambda: 24 * limits.GIB)
+    assert limits.default_memory_limit_gib(2) == 1.5          # 24 GiB over 2 workers x 8 processes
+    assert limits.default_memory_limit_gib(16) == 1.0         # never below 1 GiB
+    monkeypatch.setattr(limits, "total_memory_bytes", lambda: 1024 * limits.GIB)
+    assert limits.default_memory_limit_gib(4) == 8.0          # never above 8 GiB
+
+
+def test_a_capped_process_and_its_children_fail_to_allocate_past_the_cap():
+    import subprocess
+
+    code = ("import subprocess, sys\n"
+            "from judge.limits import limit_memory\n"
+            "limit_memory(0.25)\n"
+            "child = 'try:\\n    bytearray(2**29)\\nexcept MemoryError:\\n    print(\"child capped\")'\n"
+            "subprocess.run([sys.executable, '-c', child])\n"
+            "try:\n    bytearray(2**29)\nexcept MemoryError:\n    print('capped')\n"
+            "limit_memory(0)\n")  # 0 changes nothing
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": os.path.join(REPO, "grading")})
+    assert done.stdout.split() == ["child", "capped", "capped"], done.stdout + done.stderr
 
 
 # ----- wire format --------------------------------------------------------------------------

@@ -18,7 +18,7 @@ import labutils
 from labutils import RankDiedError, RankError, RankTimeoutError
 from labutils.backend import BackendUnavailableError
 
-from conftest import descendants, wait_until_gone
+from proctree import descendants, wait_until_gone
 
 pytestmark = pytest.mark.usefixtures("no_leftover_processes")
 
@@ -253,7 +253,7 @@ def test_interrupt_stops_every_rank_within_3_seconds():
         start = time.monotonic()
         with pytest.raises(KeyboardInterrupt, match="labutils stopped all 2 ranks"):
             pool.run(time.sleep, 30)
-        assert not wait_until_gone(pids, timeout=3.0 - (time.monotonic() - start))
+        assert not wait_until_gone(pids, timeout_s=3.0 - (time.monotonic() - start))
         assert len(pool.run(os.getpid)) == 2
 
 
@@ -278,7 +278,7 @@ def test_ranks_exit_when_their_caller_is_killed(tmp_path):
     finally:
         caller.kill()
         caller.wait()
-    assert not wait_until_gone(family, timeout=5.0)
+    assert not wait_until_gone(family, timeout_s=5.0)
 
 
 def test_two_pools_at_once_never_collide():

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from jupyter_client.kernelspec import KernelSpecManager
 
-from conftest import descendants, wait_until_gone
+from proctree import descendants, wait_until_gone
 from labutils import cli, nightly
 from labutils.nightly_labs import Lab, _pairing_problems, discover_labs
 from labutils.nightly_report import (
@@ -163,8 +163,8 @@ def test_run_folder_holds_executed_notebooks_and_logs(full_run):
 def test_no_process_outlives_the_run(full_run):
     _status, root, _out, _results = full_run
     child_pid = int((root / "notebooks" / "hanging_child.pid").read_text())
-    assert not wait_until_gone({child_pid}, timeout=5.0)
-    assert not wait_until_gone(descendants(), timeout=5.0)
+    assert not wait_until_gone({child_pid}, timeout_s=5.0)
+    assert not wait_until_gone(descendants(), timeout_s=5.0)
 
 
 # ---------------------------------------------------------------- a second run next to the first
@@ -189,8 +189,8 @@ def test_second_run_notebook_timeout_previous_durations_and_fallback_kernel(full
     hanging, passing = rows["notebooks/hanging.ipynb"], rows["notebooks/passing.ipynb"]
     assert hanging.status == TIMED_OUT and hanging.cell == 4
     assert hanging.error == "notebook still running after 12 s (--timeout); stopped"
-    assert not wait_until_gone({int((root / "notebooks" / "hanging_child.pid").read_text())}, timeout=5.0)
-    assert not wait_until_gone(descendants(), timeout=5.0)
+    assert not wait_until_gone({int((root / "notebooks" / "hanging_child.pid").read_text())}, timeout_s=5.0)
+    assert not wait_until_gone(descendants(), timeout_s=5.0)
 
     assert "temporary kernelspec" in run.settings["kernel"] and passing.ok
     assert f"executable={sys.executable}" in (out / "notebooks" / "passing.ipynb").read_text()

@@ -1,6 +1,6 @@
 """One warm judge process (``judge/server.py --service``) driven by a grading worker.
 
-    service = JudgeService(log_path, rank_timeout_s=60, backend="auto")
+    service = JudgeService(log_path, rank_timeout_s=60, backend="auto", memory_limit_gib=4)
     socket_path = service.begin("alice")     # kernels of alice's autograde connect here
     ...                                       # run nbgrader autograde with LAB_JUDGE_SOCKET=socket_path
     verdicts = service.end()                 # what the judge decided, whatever the notebook shows
@@ -27,8 +27,9 @@ class JudgeServiceFailed(RuntimeError):
 class JudgeService:
     """A judge process kept warm across submissions; one submission at a time."""
 
-    def __init__(self, log_path: str, rank_timeout_s: float, backend: str = "auto"):
+    def __init__(self, log_path: str, rank_timeout_s: float, backend: str = "auto", memory_limit_gib: float = 0.0):
         self._log_path, self._rank_timeout_s, self._backend = log_path, rank_timeout_s, backend
+        self._memory_limit_gib = memory_limit_gib
         self._process = None
         self._socket_dir = None
         self._start()
@@ -37,7 +38,7 @@ class JudgeService:
         with open(self._log_path, "ab") as log:
             self._process = subprocess.Popen(
                 [sys.executable, "-I", SERVER, "--service", "--rank-timeout", str(self._rank_timeout_s),
-                 "--backend", self._backend, "--log", self._log_path],
+                 "--backend", self._backend, "--log", self._log_path, "--memory-limit", str(self._memory_limit_gib)],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, start_new_session=True)
 
     def _exchange(self, message: dict) -> dict:

@@ -32,6 +32,7 @@ from autograder.judge_service import JudgeService, JudgeServiceFailed
 from autograder.nbgrader_cli import GRADING_DIR, check, nbgrader_environment, open_course
 from autograder.tampering import find_tampering
 from autograder.worker import AutogradeWorker, WorkerTimeout
+from judge.limits import default_memory_limit_gib
 
 NOT_JUDGED_LINE = ("✗ not graded: this cell never reached the grader (an error before it, a timeout, "
                    "or a kernel that died)")
@@ -44,7 +45,9 @@ _IGNORED = shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__", "*.pyc")
 class GradeOptions:
     """What to grade and how. Times in seconds: ``cell_timeout_s`` per notebook cell,
     ``rank_timeout_s`` per call that runs ranks (the judge's and the visible checks'),
-    ``submission_timeout_s`` for a whole submission's autograde."""
+    ``submission_timeout_s`` for a whole submission's autograde. ``memory_limit_gib`` caps the data
+    memory of every process a submission runs (kernel, ranks, the judge's ranks), in GiB; None:
+    ``judge.limits.default_memory_limit_gib(workers)``; 0: no cap."""
 
     lab: str
     submissions_dir: str
@@ -54,6 +57,7 @@ class GradeOptions:
     rank_timeout_s: float = 60.0
     submission_timeout_s: float = 1200.0
     backend: str = "auto"
+    memory_limit_gib: float | None = None
 
 
 @dataclass
@@ -209,10 +213,15 @@ def _run_workers(options: GradeOptions, students: list, progress) -> dict:
     lock = threading.Lock()
     kernel_environment = nbgrader_environment(LAB_GRADING_DIR=GRADING_DIR, LABUTILS_TIMEOUT=str(options.rank_timeout_s))
 
+    memory_limit_gib = (default_memory_limit_gib(options.workers) if options.memory_limit_gib is None
+                        else options.memory_limit_gib)
+
     def work(index: int) -> None:
         logs = os.path.join(options.course_dir, "logs", options.lab)
-        service = JudgeService(os.path.join(logs, f"judge-{index}.log"), options.rank_timeout_s, options.backend)
-        worker = AutogradeWorker(options.course_dir, os.path.join(logs, f"worker-{index}.log"), kernel_environment)
+        service = JudgeService(os.path.join(logs, f"judge-{index}.log"), options.rank_timeout_s, options.backend,
+                               memory_limit_gib)
+        worker = AutogradeWorker(options.course_dir, os.path.join(logs, f"worker-{index}.log"), kernel_environment,
+                                 memory_limit_gib)
         try:
             while True:
                 try:

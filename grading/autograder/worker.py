@@ -2,7 +2,8 @@
 
 ``labutils grade`` runs one worker per parallel slot and hands it one student at a time;
 importing nbgrader, nbconvert and the course config once instead of once per student saves
-seconds per submission. The child runs ``python grading/autograder/worker.py COURSE_DIR``
+seconds per submission. The child runs ``python grading/autograder/worker.py COURSE_DIR MEMORY_LIMIT_GIB`` (the cap
+on each of its processes, kernels and ranks included: ``judge.limits``)
 and, per JSON frame on stdin ``{"lab", "student", "env"}``, sets ``env`` (the judge's socket)
 for the kernels it starts, calls ``NbGraderAPI.autograde`` and answers
 ``{"success", "log", "error"}``. Its own and its kernels' raw output go to a log file, never
@@ -23,6 +24,7 @@ if __name__ == "__main__":  # run as a script: import the grading packages, not 
 elif GRADING_DIR not in sys.path:
     sys.path.insert(0, GRADING_DIR)
 
+from judge.limits import limit_memory  # noqa: E402
 from judge.protocol import read_message, write_message  # noqa: E402
 
 
@@ -33,13 +35,15 @@ class WorkerTimeout(TimeoutError):
 class AutogradeWorker:
     """The parent's handle on one worker process."""
 
-    def __init__(self, course_dir: str, log_path: str, env: dict):
+    def __init__(self, course_dir: str, log_path: str, env: dict, memory_limit_gib: float = 0.0):
         self._course_dir, self._log_path, self._env = course_dir, log_path, env
+        self._memory_limit_gib = memory_limit_gib
         self._process = None
 
     def _start(self) -> None:
         with open(self._log_path, "ab") as log:
-            self._process = subprocess.Popen([sys.executable, os.path.abspath(__file__), self._course_dir],
+            self._process = subprocess.Popen([sys.executable, os.path.abspath(__file__), self._course_dir,
+                                              str(self._memory_limit_gib)],
                                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
                                              env=self._env, start_new_session=True)
 
@@ -89,7 +93,8 @@ def _detach_output():
     return reply
 
 
-def main(course_dir: str) -> int:
+def main(course_dir: str, memory_limit_gib: float) -> int:
+    limit_memory(memory_limit_gib)  # before any kernel starts: kernels and their ranks inherit it
     reply = _detach_output()
     from autograder.nbgrader_cli import open_course
 
@@ -107,4 +112,4 @@ def main(course_dir: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1]))
+    sys.exit(main(sys.argv[1], float(sys.argv[2])))

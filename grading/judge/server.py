@@ -29,6 +29,8 @@ GRADING_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if GRADING_DIR not in sys.path:
     sys.path.insert(0, GRADING_DIR)
 
+from judge.limits import limit_memory  # noqa: E402
+
 #: Seconds a connected kernel has to send its whole request.
 REQUEST_READ_TIMEOUT_S = 60.0
 #: What a student sees when the judge itself failed (details go to the instructor only).
@@ -181,7 +183,10 @@ def main(argv=None) -> int:
     parser.add_argument("--rank-timeout", type=float, default=60.0, help="seconds one test's ranks may run")
     parser.add_argument("--backend", default="auto", choices=["auto", "gloo", "nccl"])
     parser.add_argument("--log", help="file for the judge's and the ranks' output (default: discarded)")
+    parser.add_argument("--memory-limit", type=float, default=0.0,
+                        help="GiB of data memory per process, the judge's ranks included (default 0: no cap)")
     options = parser.parse_args(argv)
+    limit_memory(options.memory_limit)  # before the rank template starts: the ranks inherit it
     reply = _detach_output(options.log)
     from judge import engine
 

@@ -1,6 +1,7 @@
-"""The process tree under a pid, read from /proc (Linux), for the browser tests' leak checks.
+"""The process tree under a pid, read from /proc (Linux), for the tests' leak checks.
 
     ranks = [p for p in descendants(server_pid) if is_labutils_process(p)]
+    assert not wait_until_gone(descendants(), timeout_s=5.0)     # nothing left under this test
 """
 from __future__ import annotations
 
@@ -44,8 +45,9 @@ def children_by_parent() -> dict[int, list[int]]:
     return children
 
 
-def descendants(pid: int) -> set[int]:
-    """Live descendant pids of ``pid`` (children, their children, ...)."""
+def descendants(pid: int | None = None) -> set[int]:
+    """Live descendant pids of ``pid`` (default: this process): children, their children, ..."""
+    pid = os.getpid() if pid is None else pid
     children = children_by_parent()
     found, todo = set(), [pid]
     while todo:
@@ -87,7 +89,7 @@ def wait_until_gone(pids, timeout_s: float) -> set[int]:
     deadline = time.monotonic() + timeout_s
     alive = {p for p in pids if is_alive(p)}
     while alive and time.monotonic() < deadline:
-        time.sleep(0.1)
+        time.sleep(0.05)
         alive = {p for p in alive if is_alive(p)}
     return alive
 
