@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from proctree import descendants, wait_until_gone
+from proctree import describe, descendants, wait_until_gone
 
 
 @pytest.fixture
@@ -14,4 +14,4 @@ def no_leftover_processes():
 
     labutils.shutdown()
     left = wait_until_gone(descendants(), timeout_s=5.0)
-    assert not left, f"processes left behind: {sorted(left)}"
+    assert not left, f"processes left behind:\n{describe(left)}"

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import labutils
-from proctree import descendants, wait_until_gone
+from proctree import describe, descendants, wait_until_gone
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "grading"))
@@ -29,7 +29,7 @@ def no_leftover_processes_after_the_module():
     yield
     labutils.shutdown()
     left = wait_until_gone(descendants(), timeout_s=10.0)
-    assert not left, f"processes left behind: {sorted(left)}"
+    assert not left, f"processes left behind:\n{describe(left)}"
 
 
 def _notebook_namespace(fixture: str | None = None) -> dict:

@@ -88,11 +88,13 @@ def course_root(tmp_path_factory) -> Path:
     return root
 
 
-@pytest.fixture(scope="session")
-def lab_server(chromium_executable, course_root, tmp_path_factory, artifacts_dir):
+# The server and the browser live for one test module, not the session: once tests/browser is
+# done, the rest of the suite checks that no process of its own is left, and must find none.
+@pytest.fixture(scope="module")
+def lab_server(chromium_executable, course_root, tmp_path_factory, artifacts_dir, request):
     """``jupyter lab`` on the course copy; stopped by its pid; no labutils process may outlive it."""
     server = LabServer.start(course_root, tmp_path_factory.mktemp("jupyter-state"),
-                             artifacts_dir / "jupyter-server.log")
+                             artifacts_dir / f"jupyter-server-{request.module.__name__}.log")
     yield server
     labutils_pids = labutils_processes_under(server.pid)
     server.stop()
@@ -100,7 +102,7 @@ def lab_server(chromium_executable, course_root, tmp_path_factory, artifacts_dir
     assert not survivors, f"labutils processes outlived the Jupyter server:\n{describe(survivors)}"
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser(chromium_executable):
     from playwright.sync_api import sync_playwright
 
