@@ -271,9 +271,10 @@ def _time_with_stat(stat):
 
 
 def test_median_and_min_ignore_a_stall_the_mean_counts(pool):
+    # each stat times its own run of the five calls, so compare each with the stall, not with one another
     mean, median, fastest = (pool.run(_time_with_stat, stat)[0] for stat in cb.STATS)
     assert mean >= (4 * 0.002 + 0.1) / 5
-    assert 0.002 <= median < 0.05 and 0.002 <= fastest <= median
+    assert 0.002 <= median < 0.05 and 0.002 <= fastest < 0.05
 
 
 def test_stat_is_recorded(pool):
