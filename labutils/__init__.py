@@ -11,6 +11,7 @@ Run code on N ranks from a notebook cell::
 Importing labutils is cheap: torch is imported by the ranks, and by the kernel only when
 a module that needs it (bench, costmodel, ...) is imported.
 """
+from labutils import rank  # labutils.rank.device(): this rank's device ("cpu" outside a rank)
 from labutils.errors import (
     LaunchError,
     RankDiedError,
@@ -24,6 +25,7 @@ __all__ = [
     "launch",
     "Pool",
     "shutdown",
+    "rank",
     "LaunchError",
     "RankError",
     "RankDiedError",

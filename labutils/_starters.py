@@ -25,8 +25,13 @@ from labutils import _wire
 TEMPLATE_START_TIMEOUT_S = 120.0
 
 
-def _child_environment() -> dict:
-    """The caller's environment plus what makes a rank start quietly and find labutils."""
+def child_environment() -> dict:
+    """The caller's environment plus what makes a rank start quietly and find labutils.
+
+    Ranks get it twice: the template (or spawned interpreter) starts with it, and each rank
+    applies it again as it starts, so a variable the notebook set after the template
+    started (``NCCL_DEBUG``, ``NCCL_ALGO``, ``CUDA_VISIBLE_DEVICES``) still reaches it.
+    """
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
     env.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
@@ -54,14 +59,20 @@ class TemplateStarter(_ExitBook):
         self._process = subprocess.Popen(
             [sys.executable, "-m", "labutils._template", str(theirs.fileno())],
             pass_fds=[theirs.fileno()],
-            env=_child_environment(),
+            env=child_environment(),
             stdin=subprocess.DEVNULL,
             start_new_session=True,
         )
         theirs.close()
         self._reader = _wire.FrameReader()
         self._pending: list = []
-        hello = self._next_message(TEMPLATE_START_TIMEOUT_S, "hello")
+        try:
+            hello = self._next_message(TEMPLATE_START_TIMEOUT_S, "hello")
+        except BaseException:  # Ctrl-C while torch imports, or no answer: leave no template behind
+            self._process.kill()
+            self._process.wait()
+            self._sock.close()
+            raise
         self.torch_version, self.cuda_version, self.nccl_available = hello[2], hello[3], hello[4]
 
     @property
@@ -162,7 +173,7 @@ class SpawnStarter(_ExitBook):
             pass
 
     def spawn(self, specs: list[dict]) -> list[int]:
-        env = _child_environment()
+        env = child_environment()
         pids = []
         for spec in specs:
             process = subprocess.Popen(

@@ -2,10 +2,12 @@
 
 A frame is a 4-byte big-endian length followed by that many bytes of ``pickle`` data.
 Payloads that may hold user code (functions, results) are cloudpickled by the caller
-and travel as ``bytes`` inside the message.
+and travel as ``bytes`` inside the message; results with ``dumps_on_cpu``.
 """
 from __future__ import annotations
 
+import functools
+import io
 import pickle
 import socket
 import struct
@@ -53,3 +55,28 @@ class FrameReader:
             messages.append(pickle.loads(bytes(self._buffer[_HEADER.size:end])))
             del self._buffer[:end]
         return messages
+
+
+@functools.cache
+def _cpu_pickler():
+    import cloudpickle
+    import torch
+
+    class CpuPickler(cloudpickle.Pickler):
+        """cloudpickle, with every plain tensor detached and copied to the CPU on the way."""
+
+        def reducer_override(self, obj):
+            if type(obj) is torch.Tensor and (obj.device.type != "cpu" or obj.requires_grad):
+                return obj.detach().cpu().__reduce_ex__(self.proto)
+            return super().reducer_override(obj)
+
+    return CpuPickler
+
+
+def dumps_on_cpu(obj) -> bytes:
+    """cloudpickle ``obj`` with its tensors on the CPU and detached, wherever they sit (lists,
+    dicts, state dicts, dataclasses, a module's parameters), so a rank's CUDA result never
+    makes the caller touch a GPU. Parameters stay parameters (with their requires_grad)."""
+    buffer = io.BytesIO()
+    _cpu_pickler()(buffer, protocol=pickle.HIGHEST_PROTOCOL).dump(obj)
+    return buffer.getvalue()

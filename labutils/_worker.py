@@ -5,7 +5,7 @@ points its file descriptors 1 and 2 at the output channels (so C++ and NCCL outp
 forwarded too), initialises the process group, then serves requests until told to exit:
 
     ("run", call_id, payload, context)   payload = cloudpickle((fn, args, kwargs))
-    ("exec", call_id, source, filename)  a %%distributed cell, in this rank's namespace
+    ("exec", call_id, source, filename, context)  a %%distributed cell, in this rank's namespace
     ("exit",)
 
 and answers ("ok", call_id, result_bytes) or ("err", call_id, exc_bytes, traceback_text,
@@ -120,21 +120,6 @@ def _init_process_group(spec: dict, ctrl: socket.socket):
     return device, store
 
 
-def _to_cpu(obj):
-    """Move tensors in (nested) lists, tuples and dicts to the CPU, detached."""
-    import torch
-
-    if isinstance(obj, torch.Tensor):
-        return obj.detach().cpu()
-    if isinstance(obj, dict):
-        return type(obj)((k, _to_cpu(v)) for k, v in obj.items()) if type(obj) is dict else obj
-    if isinstance(obj, tuple) and hasattr(obj, "_fields"):  # namedtuple
-        return type(obj)(*(_to_cpu(v) for v in obj))
-    if isinstance(obj, (list, tuple)) and type(obj) in (list, tuple):
-        return type(obj)(_to_cpu(v) for v in obj)
-    return obj
-
-
 def _user_traceback(exc: BaseException) -> str:
     """The exception's traceback without this module's own frames."""
     tb = exc.__traceback__
@@ -177,7 +162,7 @@ def _run_call(call_id, payload: bytes):
     fn, args, kwargs = cloudpickle.loads(payload)
     result = fn(*args, **kwargs)
     try:
-        return ("ok", call_id, cloudpickle.dumps(_to_cpu(result)))
+        return ("ok", call_id, _wire.dumps_on_cpu(result))
     except Exception as exc:
         raise TypeError(
             f"the return value of {getattr(fn, '__name__', fn)!r} cannot be sent back to the caller: {exc}"
@@ -201,6 +186,8 @@ def _exec_cell(call_id, source: str, filename: str, namespace: dict):
 
 def serve(spec: dict) -> None:
     """Body of a rank process: connect, initialise, serve requests, exit."""
+    os.environ.clear()
+    os.environ.update(spec["environ"])  # the caller's, as it was when this launch started
     ctrl = _connect(spec["listen_path"], spec["token"], spec["rank"], "ctrl")
     out = _connect(spec["listen_path"], spec["token"], spec["rank"], "out")
     err = _connect(spec["listen_path"], spec["token"], spec["rank"], "err")

@@ -29,27 +29,27 @@ class DistributedMagics(Magics):
         self.pool: Pool | None = None
         self._backend_asked: str | None = None
 
-    def _pool_for(self, world_size: int, backend: str, timeout: float | None) -> Pool:
-        if self.pool is not None and (self.pool.world_size, self._backend_asked) != (world_size, backend):
-            print(f"labutils: starting {world_size} new ranks; the {self.pool.world_size} previous "
-                  "ranks and their variables are gone")
-            self.pool.shutdown()
-            self.pool = None
-        if self.pool is None:
-            self.pool = Pool(world_size, backend=backend, timeout=timeout)
-            self._backend_asked = backend
+    def _pool_for(self, world_size: int, backend: str) -> Pool:
+        if self.pool is None or (self.pool.world_size, self._backend_asked) != (world_size, backend):
+            pool = Pool(world_size, backend=backend)  # bad arguments fail here; the old ranks are kept
+            if self.pool is not None:
+                print(f"labutils: starting {world_size} new ranks; the {self.pool.world_size} previous "
+                      "ranks and their variables are gone")
+                self.pool.shutdown()
+            self.pool, self._backend_asked = pool, backend
         return self.pool
 
     @magic_arguments()
     @argument("-n", "--world-size", type=int, default=DEFAULT_WORLD_SIZE, help="number of ranks")
     @argument("--backend", default="auto", help="auto (default), gloo or nccl")
-    @argument("--timeout", type=float, default=None, help="seconds before stuck ranks are stopped")
+    @argument("--timeout", type=float, default=None,
+              help="seconds this cell may run before stuck ranks are stopped (default: LABUTILS_TIMEOUT or 120)")
     @cell_magic
     def distributed(self, line, cell):
         """Run this cell on every rank: %%distributed [-n N] [--backend B] [--timeout S]."""
         __tracebackhide__ = True
         args = parse_argstring(self.distributed, line)
-        pool = self._pool_for(args.world_size, args.backend, args.timeout)
+        pool = self._pool_for(args.world_size, args.backend)
         pool.exec_cell(cell, timeout=args.timeout)
 
     @line_magic

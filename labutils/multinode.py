@@ -9,7 +9,8 @@ processes itself (one agent per node, c10d rendezvous)::
 
 Each process initialises the default process group from torchrun's environment (NCCL
 when it has a GPU of its own, gloo otherwise), calls ``train(10)``, and rank 0 saves the
-list of every rank's result (gathered with ``all_gather_object``) to ``--output``.
+list of every rank's result (gathered with ``all_gather_object``, tensors on the CPU) to
+``--output``.
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ import json
 import os
 import sys
 
+from labutils import _wire
 from labutils.cli import UsageError
 
 _TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
@@ -82,6 +84,7 @@ def init_from_environment(backend: str = "auto"):
 
 
 def main(args) -> int:
+    import cloudpickle
     import torch
     import torch.distributed as dist
 
@@ -92,13 +95,11 @@ def main(args) -> int:
     fn = load_target(args.target)
     init_from_environment(args.backend)
     try:
-        result = fn(*call_args, **call_kwargs)
-        if isinstance(result, torch.Tensor):
-            result = result.detach().cpu()
+        result = _wire.dumps_on_cpu(fn(*call_args, **call_kwargs))  # tensors on the CPU, wherever they sit
         gathered = [None] * dist.get_world_size()
         dist.all_gather_object(gathered, result)
         if dist.get_rank() == 0 and args.output:
-            torch.save(gathered, args.output)
+            torch.save([cloudpickle.loads(b) for b in gathered], args.output)
     finally:
         dist.destroy_process_group()
     # Leave without running interpreter teardown: with gloo, DDP's reducer threads can abort

@@ -12,8 +12,10 @@ What goes wrong on a rank comes back to the caller quickly and by name:
   names them and shows the Python stack where each was stuck;
 - an interrupt (Ctrl-C, Kernel > Interrupt) kills every rank at once.
 
-After a failure that leaves ranks in an unknown state the pool kills them and starts
-fresh ranks on its next call. Ranks print live; each line is prefixed ``[rank k]``.
+After a failure that leaves ranks in an unknown state (or when a rank or the template
+ended between calls) the pool kills them and starts fresh ranks on its next call. Ranks
+print live; each line is prefixed ``[rank k]``. They see the caller's environment
+variables as they are when the ranks start (so ``NCCL_DEBUG`` set in a cell applies).
 """
 from __future__ import annotations
 
@@ -128,7 +130,11 @@ def _cell_names(text: str) -> str:
 
 
 def _rebuild_exception(rank: int, world_size: int, exc_bytes, tb_text: str, type_name: str, message: str):
-    """The rank's exception in the caller: original type if possible, else RankError."""
+    """The rank's exception in the caller: original type if possible, else RankError.
+
+    A rank's ``SystemExit`` or ``KeyboardInterrupt`` becomes a ``RankError``: re-raised as
+    such it would end the caller's script, or read as an interrupt of the caller.
+    """
     import cloudpickle
 
     tb_text = _cell_names(tb_text)
@@ -138,8 +144,8 @@ def _rebuild_exception(rank: int, world_size: int, exc_bytes, tb_text: str, type
             exc = cloudpickle.loads(exc_bytes)
         except Exception:
             exc = None
-    if not isinstance(exc, BaseException):
-        exc = RankError(f"rank {rank} raised {type_name}: {message}", rank, tb_text)
+    if not isinstance(exc, Exception):
+        exc = RankError(f"rank {rank} raised {type_name.removeprefix('builtins.')}: {message}", rank, tb_text)
     exc.rank = rank
     exc.remote_traceback = tb_text
     exc.__cause__ = RemoteTraceback(f"on rank {rank} of {world_size}:\n{tb_text}")
@@ -209,18 +215,35 @@ class Pool:
         state = "running" if self.started else "stopped"
         return f"<labutils.Pool world_size={self.world_size} backend={self.backend} {state}>"
 
-    def _healthy(self) -> bool:
-        """Whether the running ranks can take a call: template alive, no rank gone."""
-        return (
-            self._starter is _starters.current_starter()
-            and self._starter.alive()
-            and all(not r.ctrl_closed and self._starter.exit_status(r.pid) is None for r in self._ranks)
-        )
+    def _take_news(self) -> None:
+        """Take in what arrived since the last call: exit reports, closed channels, stray output."""
+        try:
+            for key, _ in self._selector.select(0):
+                for rank, message in self._handle_event(key, set()):
+                    self._ranks[rank].pending.append(message)
+        except (OSError, RuntimeError):
+            pass  # the template has gone: _unhealthy_reason sees it
+
+    def _unhealthy_reason(self) -> str | None:
+        """Why the running ranks cannot take a call (template gone, a rank gone), or None."""
+        if self._selector is None:
+            return "the ranks were stopped half-way"  # an interrupt cut a stop short
+        self._take_news()
+        if self._starter is not _starters.current_starter() or not self._starter.alive():
+            return "the rank template had exited"
+        for r in self._ranks:
+            if r.ctrl_closed or self._starter.exit_status(r.pid) is not None:
+                self._await_exit_report(r)
+                status = self._starter.exit_status(r.pid)
+                return f"rank {r.rank} had ended" + (f" ({_describe_status(*status)})" if status else "")
+        return None
 
     def start(self) -> None:
         """Start the ranks and initialise their process group (no-op when running and healthy)."""
-        if self.started and not self._healthy():
-            self._kill()  # e.g. the template was killed: start afresh
+        reason = self._unhealthy_reason() if self.started else None
+        if reason:
+            print(f"labutils: {reason}; starting {self.world_size} fresh ranks")
+            self._kill()
             self.restarts += 1
         if self.started:
             return
@@ -233,6 +256,7 @@ class Pool:
         self._listener.listen(3 * self.world_size)
         token = secrets.token_hex(8)
         threads = _threads_per_rank(self.world_size)
+        environ = _starters.child_environment()  # as it is now, not when the template started
         specs = [
             {
                 "rank": r,
@@ -245,6 +269,7 @@ class Pool:
                 "num_threads": threads,
                 "stack_file": os.path.join(self._tmpdir, f"stack{r}.txt"),
                 "pg_timeout_s": max(1800.0, self.timeout + 60.0),
+                "environ": environ,
             }
             for r in range(self.world_size)
         ]
@@ -369,10 +394,7 @@ class Pool:
         deadline_s = _validate_timeout(timeout if timeout is not None else self.timeout)
         self.start()
         call_id = next(self._calls)
-        context = self._context_update()
-        for r in self._ranks:
-            _wire.send(r.ctrl, ("run", call_id, payload, context))
-        replies = self._collect({"ok"}, time.monotonic() + deadline_s, "running", call_id=call_id)
+        replies = self._call(("run", call_id, payload, self._context_update()), deadline_s)
         import cloudpickle
 
         return [cloudpickle.loads(replies[r][2]) for r in range(self.world_size)]
@@ -385,10 +407,21 @@ class Pool:
         deadline_s = _validate_timeout(timeout if timeout is not None else self.timeout)
         self.start()
         call_id = next(self._calls)
-        context = self._context_update()
-        for r in self._ranks:
-            _wire.send(r.ctrl, ("exec", call_id, source, filename, context))
-        self._collect({"ok"}, time.monotonic() + deadline_s, "running", call_id=call_id)
+        self._call(("exec", call_id, source, filename, self._context_update()), deadline_s)
+
+    def _call(self, request: tuple, timeout_s: float) -> dict:
+        """Send ``request`` (call id second) to every rank; wait ``timeout_s`` for every answer."""
+        __tracebackhide__ = True
+        deadline = time.monotonic() + timeout_s
+        try:
+            for r in self._ranks:
+                try:
+                    _wire.send(r.ctrl, request)
+                except OSError:
+                    pass  # this rank has just died: _collect reports it
+        except KeyboardInterrupt:
+            self._stop_on_interrupt()  # some ranks have the request, others not: none may go on
+        return self._collect({"ok"}, deadline, "running", call_id=request[1])
 
     def _context_update(self) -> dict:
         """What changed in the caller since the last call: cwd, sys.path, cell sources."""
@@ -416,7 +449,7 @@ class Pool:
         __tracebackhide__ = True
         waiting = set(range(self.world_size) if ranks is None else ranks)
         replies: dict[int, tuple] = {}
-        errors: list[tuple[int, tuple]] = []
+        errors: list[tuple[int, tuple]] = []  # in order of arrival
         first_failure_at = None
 
         def take(rank: int, message) -> bool:
@@ -451,21 +484,28 @@ class Pool:
                             self._ranks[rank].pending.append(message)
                 if first_failure_at is None and self._dead_ranks(waiting):
                     first_failure_at = time.monotonic()  # let the other ranks' news arrive too
-        except KeyboardInterrupt:
             self._drain_output()
-            self._kill()
-            raise KeyboardInterrupt(f"labutils stopped all {self.world_size} ranks; "
-                                    "the pool starts fresh ranks on its next call") from None
-        self._drain_output()
-        # A death comes first: the errors of the other ranks are usually its consequence.
-        dead = self._dead_ranks(set(range(self.world_size)) - set(replies))
-        if dead:
-            self._fail_dead(dead, errors, doing)
-        if errors:
-            self._fail_after_errors(errors, waiting)
-        if waiting:
-            self._fail_timeout(sorted(waiting), doing)
+            # A death comes first: the errors of the other ranks are usually its consequence.
+            dead = self._dead_ranks(set(range(self.world_size)) - set(replies))
+            if dead:
+                self._fail_dead(dead, errors, doing)
+            if errors:
+                self._fail_after_errors(errors, waiting)
+            if waiting:
+                self._fail_timeout(sorted(waiting), doing)
+        except KeyboardInterrupt:  # also while reading stacks or killing: never leave ranks running
+            self._stop_on_interrupt()
         return replies
+
+    def _stop_on_interrupt(self):
+        """Ctrl-C: kill every rank at once, relay what they printed, say what happened."""
+        __tracebackhide__ = True
+        if self._starter is not None:
+            self._starter.kill([r.pid for r in self._ranks if r.pid])  # first: a second Ctrl-C cannot skip it
+        self._drain_output()
+        self._kill()
+        raise KeyboardInterrupt(f"labutils stopped all {self.world_size} ranks; "
+                                "the pool starts fresh ranks on its next call") from None
 
     def _fail_dead(self, dead: list[int], errors, doing: str) -> None:
         __tracebackhide__ = True
@@ -478,7 +518,8 @@ class Pool:
             first = sorted(errors, key=lambda e: e[0])[0]
             message += f"; then rank {first[0]} raised {first[1][4].rsplit('.', 1)[-1]}: {first[1][5][:200]}"
         self._kill()
-        raise RankDiedError(message + ". The pool's ranks were restarted.", rank, exitcode, sig)
+        raise RankDiedError(message + ". All ranks were stopped; fresh ranks start on the next call.",
+                            rank, exitcode, sig)
 
     def _dead_ranks(self, among) -> list[int]:
         return sorted(r for r in among if self._ranks and self._starter.exit_status(self._ranks[r].pid) is not None)
@@ -547,9 +588,11 @@ class Pool:
                     self._relay(r, kind, b"\n")
 
     def _fail_after_errors(self, errors, still_running) -> None:
+        """Raise the first error to arrive (the cause; later ones are often its consequence);
+        of ranks that raised that same error, name the lowest. Others are listed in notes."""
         __tracebackhide__ = True
-        errors = sorted(errors, key=lambda e: e[0])  # several at once: report the lowest rank
-        rank, message = errors[0]
+        same_as_first = [e for e in errors if e[1][4:6] == errors[0][1][4:6]]
+        rank, message = min(same_as_first, key=lambda e: e[0])
         if still_running or any(self._starter.exit_status(r.pid) is not None for r in self._ranks):
             self._kill()  # some ranks may be stuck in a collective the failed rank never joined
             restarted = True
@@ -558,14 +601,16 @@ class Pool:
             if restarted:
                 self._kill()
         exc = _rebuild_exception(rank, self.world_size, *message[2:])
-        same = [r for r, m in errors[1:] if m[4] == message[4] and m[5] == message[5]]
+        same = sorted(r for r, _ in same_as_first if r != rank)
         if hasattr(exc, "add_note"):
             if same:
                 who = f"rank{'s' if len(same) > 1 else ''} {', '.join(map(str, same))}"
                 exc.add_note(f"[labutils] {who} also raised this error")
+            for other, m in sorted((e for e in errors if e[1][4:6] != message[4:6]), key=lambda e: e[0]):
+                exc.add_note(f"[labutils] rank {other} then raised {m[4].removeprefix('builtins.')}: {m[5][:200]}")
             if restarted:
                 exc.add_note("[labutils] the other ranks were stopped; the pool starts fresh ranks on its next call")
-        raise exc
+        raise exc  # a rank's error, re-raised in your kernel: that rank's own traceback is shown above
 
     def _fail_timeout(self, ranks: list[int], doing: str) -> None:
         __tracebackhide__ = True

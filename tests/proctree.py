@@ -13,19 +13,32 @@ import time
 LABUTILS_COMMANDS = ("labutils._template", "labutils._worker")
 
 
-def _stat_fields(pid: int) -> list[str] | None:
-    """Fields of /proc/PID/stat after the command name (state first), or None if gone."""
+def _stat_fields(pid: int, task: int | None = None) -> list[str] | None:
+    """Fields of /proc/PID[/task/TID]/stat after the command name (state first), or None if gone."""
+    path = f"/proc/{pid}/stat" if task is None else f"/proc/{pid}/task/{task}/stat"
     try:
-        with open(f"/proc/{pid}/stat") as f:
+        with open(path) as f:
             return f.read().rsplit(")", 1)[1].split()
     except OSError:
         return None
 
 
+def _still_running(pid: int, state: str) -> bool:
+    """Not a zombie: a zombie main thread whose other threads are still exiting counts as
+    running (its files, sockets included, are only closed when the last thread ends)."""
+    if state != "Z":
+        return True
+    try:
+        tasks = [int(t) for t in os.listdir(f"/proc/{pid}/task") if int(t) != pid]
+    except OSError:
+        return False
+    return any((_stat_fields(pid, t) or ["Z"])[0] != "Z" for t in tasks)
+
+
 def is_alive(pid: int) -> bool:
-    """Whether ``pid`` exists and is not a zombie."""
+    """Whether ``pid`` exists and is not (entirely) a zombie."""
     fields = _stat_fields(pid)
-    return fields is not None and fields[0] != "Z"
+    return fields is not None and _still_running(pid, fields[0])
 
 
 def parent_pid(pid: int) -> int | None:
@@ -35,12 +48,12 @@ def parent_pid(pid: int) -> int | None:
 
 
 def children_by_parent() -> dict[int, list[int]]:
-    """Live (non-zombie) pids grouped by parent pid."""
+    """Live pids (see ``is_alive``) grouped by parent pid."""
     children: dict[int, list[int]] = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             fields = _stat_fields(int(entry))
-            if fields is not None and fields[0] != "Z":
+            if fields is not None and _still_running(int(entry), fields[0]):
                 children.setdefault(int(fields[1]), []).append(int(entry))
     return children
 

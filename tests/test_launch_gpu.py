@@ -6,7 +6,7 @@ import torch
 import torch.distributed as dist
 
 import labutils
-from labutils.backend import choose_backend, visible_gpu_count
+from labutils.backend import BackendUnavailableError, choose_backend, visible_gpu_count
 
 pytestmark = pytest.mark.usefixtures("no_leftover_processes")
 GPUS = visible_gpu_count()
@@ -25,6 +25,19 @@ def test_nccl_single_gpu_launch():
     [(device, backend, t)] = labutils.launch(_rank_device_and_sum, 1, backend="nccl")
     assert device == "cuda:0" and backend == "nccl"
     assert t.device.type == "cpu" and t.item() == 0.0
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(GPUS < 1, reason="needs a CUDA GPU (none visible)")
+def test_cuda_results_come_back_on_the_cpu_in_any_container():
+    def results():
+        layer = torch.nn.Linear(2, 2, device=labutils.rank.device())
+        return {"state": layer.state_dict(), "layer": layer, "nested": [(layer.weight * 2,)]}
+
+    [r] = labutils.launch(results, 1, backend="nccl")
+    tensors = [*r["state"].values(), r["layer"].weight, r["nested"][0][0]]
+    assert all(t.device.type == "cpu" for t in tensors)
+    assert isinstance(r["layer"].weight, torch.nn.Parameter)
 
 
 @pytest.mark.multigpu
@@ -56,3 +69,10 @@ def test_auto_falls_back_to_gloo_with_too_few_gpus():
     choice = choose_backend("auto", 4, gpu_count=2)
     assert choice.backend == "gloo" and "4 ranks asked but only 2 GPU(s) visible" in choice.reason
     assert choose_backend("auto", 2, gpu_count=0).reason == "gloo on CPU: no CUDA GPU visible"
+
+
+def test_explicit_nccl_with_too_few_gpus_says_what_to_do():
+    with pytest.raises(BackendUnavailableError, match="4 ranks asked, 2 GPUs visible. Use at most 2 ranks"):
+        choose_backend("nccl", 4, gpu_count=2)
+    with pytest.raises(BackendUnavailableError, match="no CUDA GPU is visible here .* backend='gloo'"):
+        choose_backend("nccl", 1, gpu_count=0)

@@ -1,9 +1,14 @@
 """The install is what the README promises: one pin of torch, conda and pip agree."""
 from __future__ import annotations
 
+import os
 import re
+import shutil
+import subprocess
 import tomllib
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -46,6 +51,40 @@ def test_console_script_and_ci_entry_point():
     assert _pyproject()["project"]["scripts"]["labutils"] == "labutils.cli:main"
     ci = (ROOT / ".ci" / "run").read_text()
     assert "make test" in ci
+
+
+def _make_dry_run(target: str, tmp_path, uid: str = None) -> list[str]:
+    """The commands ``make TARGET`` would run with a fresh .venv (``make -n``; nothing runs)."""
+    env = dict(os.environ)
+    if uid is not None:  # a stand-in `id` that reports this uid
+        fake = tmp_path / "bin"
+        fake.mkdir(exist_ok=True)
+        (fake / "id").write_text(f"#!/bin/sh\necho {uid}\n")
+        (fake / "id").chmod(0o755)
+        env["PATH"] = f"{fake}{os.pathsep}{env['PATH']}"
+    out = subprocess.run(["make", "-n", target, f"VENV={tmp_path / 'venv'}"], cwd=ROOT, env=env,
+                         capture_output=True, text=True, check=True)
+    return out.stdout.splitlines()
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
+@pytest.mark.parametrize("target, command", [("test", "bin/python -m pytest"), ("nightly", "bin/labutils nightly")])
+def test_make_test_and_nightly_create_the_venv_on_first_use(tmp_path, target, command):
+    lines = _make_dry_run(target, tmp_path)
+    venv = str(tmp_path / "venv")
+    assert lines[0].startswith(f"test -x {venv}/bin/python || ") and lines[0].endswith(f"-m venv {venv}")
+    torch_at = next(i for i, line in enumerate(lines) if "pip install -q torch==2.13.0" in line)
+    package_at = next(i for i, line in enumerate(lines) if "pip install -q -e '.[course,test]'" in line)
+    assert torch_at < package_at, "torch goes first, with its pin, so no resolver picks another build"
+    assert command in lines[-1]
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
+@pytest.mark.parametrize("uid, allow_root", [("0", True), ("1000", False)])
+def test_make_lab_adds_allow_root_only_for_root(tmp_path, uid, allow_root):
+    lab = [line for line in _make_dry_run("lab", tmp_path, uid) if "jupyter lab" in line]
+    assert len(lab) == 1 and ("--allow-root" in lab[0]) == allow_root
+    assert lab[0].endswith("notebooks/00_start_here.ipynb")
 
 
 def test_notebooks_are_committed_without_outputs():
