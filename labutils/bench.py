@@ -35,8 +35,10 @@ DTYPE_NAMES = {
 #: Elementwise / normalisation ops that ``op_throughput`` can time.
 OPS = ("add", "softmax", "layernorm")
 
+# On the CPU the op tensors (2048 x 2048 fp32 = 16 MiB) are as large as the copy, so both
+# measure the same memory level and op points sit under a roof drawn from the copy.
 _CPU_DEFAULTS = {"memcpy_bytes": 16 * 2**20, "iters": 10, "warmup": 2,
-                 "matmul_sizes": (128, 256), "op_shape": (512, 1024)}
+                 "matmul_sizes": (128, 256), "op_shape": (2048, 2048)}
 _GPU_DEFAULTS = {"memcpy_bytes": 2**30, "iters": 20, "warmup": 5,
                  "matmul_sizes": (1024, 4096, 8192), "op_shape": (8192, 8192)}
 
@@ -407,8 +409,9 @@ def op_throughput(ops: Sequence[str] = OPS, shape: tuple[int, int] | None = None
     """Time ``ops`` ("add": x + y; "softmax" and "layernorm" over the last dim) on a (rows, cols) tensor.
 
     Returns achieved FLOP/s and B/s with the op's intensity, so a notebook can place each
-    op on the device's roofline. ``shape`` defaults to (512, 1024) on the CPU, (8192, 8192)
-    on a GPU.
+    op on the device's roofline. ``shape`` defaults to (2048, 2048) on the CPU (16 MiB per
+    fp32 tensor, like ``memcpy_bandwidth``'s copy: a tensor that fits the caches measures
+    cache bandwidth and lands above a roof drawn from a larger copy), (8192, 8192) on a GPU.
     """
     unknown = [op for op in ops if op not in OPS]
     if unknown:

@@ -24,8 +24,16 @@ class UsageError(Exception):
     """A mistake in the command line the user can fix; printed as one line."""
 
 
+class _OneLineErrorParser(argparse.ArgumentParser):
+    """argparse, but a bad argument is one line on stderr (exit status 2), not usage + error."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser(available: dict) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="labutils", description=__doc__.splitlines()[0])
+    """The parser of every available subcommand; subparsers share the one-line errors."""
+    parser = _OneLineErrorParser(prog="labutils", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (module, help_text) in available.items():
         p = sub.add_parser(name, help=help_text, description=help_text)

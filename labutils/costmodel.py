@@ -150,8 +150,10 @@ def ring_bytes_per_rank(op: str, nbytes: float, world_size: int) -> float:
     """Bytes each rank sends (and receives as many) in a ring collective on an ``nbytes`` buffer.
 
     all_reduce 2(p-1)/p n (the lower bound, hence nccl-tests' busbw factor),
-    all_gather, reduce_scatter and all_to_all (p-1)/p n, broadcast n (pipelined, every
-    link carries it), sendrecv n (the message).
+    all_gather, reduce_scatter and all_to_all (p-1)/p n, sendrecv n (the message).
+    broadcast n: the bytes on the busiest link, which is what sets the time. In a pipelined
+    ring every rank but the last forwards the whole buffer (the last sends nothing), so this
+    is not what every rank sends.
     """
     if op not in COLLECTIVE_ALGORITHMS:
         raise _choice_error("op", op, COLLECTIVE_ALGORITHMS)
@@ -259,6 +261,8 @@ def comm_volume(
       (2 m b s h x bytes); the pipeline as a whole sends 2m(p-1) messages (seed 003's
       2M(N-1) = 448 for M = 32, N = 8).
 
+    A dimension of size 1 (d, t or p = 1) communicates nothing: 0 bytes in 0 calls.
+
     Seed 003's GPT-3 table (175e9 parameters, 96 layers, h = 12288, s = 2048, fp16)
     under these definitions (its TP and PP figures both need a batch of B = 32 sequences):
 
@@ -299,6 +303,8 @@ def comm_volume(
                     raise ValueError(f"ddp_bucket_bytes must be > 0, got {ddp_bucket_bytes!r}")
                 calls = math.ceil(shard_bytes / ddp_bucket_bytes)
                 bucket_note = f"gradients all-reduced in buckets of {ddp_bucket_bytes:.4g} bytes"
+            message = shard_bytes / calls
+            calls = _calls_in_group(calls, d)
             return CommVolume(
                 strategy="dp",
                 bytes_per_step=per_device,
@@ -311,7 +317,7 @@ def comm_volume(
                     f"gradients are {bytes_per_value} bytes per value on the wire",
                 ],
                 op="all_reduce",
-                message_bytes=shard_bytes / calls,
+                message_bytes=message,
                 group_size=d,
                 group_calls_per_step=calls,
                 total_bytes_per_step=per_device * d,
@@ -321,7 +327,7 @@ def comm_volume(
         _check_divisible(layers, p, "layers", "pp_size")
         one_pass = ring_bytes_per_rank("all_gather", shard_bytes, d)
         per_device = 3 * one_pass * m
-        calls = 3 * (layers // p) * m
+        calls = _calls_in_group(3 * (layers // p) * m, d)
         return CommVolume(
             strategy="fsdp",
             bytes_per_step=per_device,
@@ -349,7 +355,7 @@ def comm_volume(
         _check_positive_int(layers=layers)
         _check_divisible(layers, p, "layers", "pp_size")
         local_layers = layers // p
-        all_reduces = 4 * local_layers * m
+        all_reduces = _calls_in_group(4 * local_layers * m, t)
         per_device = all_reduces * ring_bytes_per_rank("all_reduce", activation_bytes, t)
         calls = 2 * all_reduces if sequence_parallel else all_reduces
         pattern = ("each all-reduce split into an all-gather and a reduce-scatter (sequence parallelism): same bytes, twice the calls"
@@ -393,6 +399,11 @@ def comm_volume(
         group_calls_per_step=2 * m * (p - 1),
         total_bytes_per_step=2 * m * (p - 1) * activation_bytes,
     )
+
+
+def _calls_in_group(calls: int, group_size: int) -> int:
+    """``calls``, or 0 when the group is one rank: a collective among one rank moves nothing."""
+    return calls if group_size > 1 else 0
 
 
 def _check_divisible(value: int, divisor: int, value_name: str, divisor_name: str) -> None:

@@ -141,7 +141,7 @@ def environment_text(env: dict | None = None) -> str:
             f"{gpus['visible']} visible to CUDA)"
         )
         for gpu in gpus["devices"]:
-            memory = f"{gpu['memory_total_bytes'] / hardware.GB:.1f} GB" if gpu["memory_total_bytes"] else "? GB"
+            memory = hardware.memory_text(gpu["memory_total_bytes"]) if gpu["memory_total_bytes"] else "? GB"
             lines.append(
                 f"  GPU{gpu['index']}  {gpu['name']}, {memory}, compute capability {gpu['compute_capability']}, "
                 f"PCIe {gpu['pcie_max']}, NVLinks up {gpu['nvlinks_up']}, NUMA node {gpu['numa_node']}, "

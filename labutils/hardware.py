@@ -32,7 +32,13 @@ from labutils.backend import visible_gpu_count
 from labutils.topology import Topology, format_cpu_list, parse_cpu_list, parse_topology
 
 GB = 1e9  # bytes, for printing memory sizes
+GiB = 2**30  # bytes: GPU memory is built in binary sizes ("80GB" H100 = 80 GiB = 85.9 GB)
 _TOPO_TIMEOUT_S = 10.0
+
+
+def memory_text(nbytes: int) -> str:
+    """A GPU memory size both ways: 85_899_345_920 -> "85.9 GB (80.0 GiB)"."""
+    return f"{nbytes / GB:.1f} GB ({nbytes / GiB:.1f} GiB)"
 
 
 class _NoGpu(Exception):
@@ -69,10 +75,11 @@ class GpuInfo:
     cpus: tuple[int, ...] = ()
 
     def summary(self) -> str:
-        """One line: "GPU0 NVIDIA H100 80GB HBM3, 85.9 GB, sm_90, PCIe Gen5 x16 (now Gen5 x16), ..."."""
+        """One line: "GPU0 NVIDIA H100 80GB HBM3, 85.9 GB (80.0 GiB), compute capability 9.0,
+        PCIe Gen5 x16 (now Gen5 x16), 18 NVLinks up, NUMA node 0, CPUs 0-47"."""
         parts = [f"GPU{self.index} {self.name}"]
         if self.memory_total_bytes is not None:
-            parts.append(f"{self.memory_total_bytes / GB:.1f} GB")
+            parts.append(memory_text(self.memory_total_bytes))
         if self.compute_capability is not None:
             parts.append(f"compute capability {self.compute_capability[0]}.{self.compute_capability[1]}")
         if self.pcie_generation_max is not None and self.pcie_width_max is not None:
@@ -449,7 +456,8 @@ def live_topology_and_reason(timeout_s: float = _TOPO_TIMEOUT_S) -> tuple[Topolo
         return None, "not available: nvidia-smi not found (no NVIDIA driver on this machine)"
     try:
         done = subprocess.run(
-            [executable, "topo", "-m"], capture_output=True, text=True, timeout=timeout_s, check=False
+            [executable, "topo", "-m"], capture_output=True, text=True, errors="replace",
+            timeout=timeout_s, check=False,
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return None, f"not available: nvidia-smi topo -m failed ({exc})"

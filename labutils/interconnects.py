@@ -13,7 +13,7 @@ next to the bytes.
 Every link is full duplex: it carries ``per_direction_Bps`` each way at once, and
 ``bidirectional_Bps`` is twice that. Vendors often quote the bidirectional sum (NVLink's
 "900 GB/s" for H100, PCI-SIG's "256 GB/s" for PCIe 6.0 x16); a collective's busbw is to be
-compared with the per-direction figure (reference.md, "Collective benchmarks").
+compared with the per-direction figure (nccl-tests, doc/PERFORMANCE.md).
 
 The figures are signalling rates after line coding: protocol headers, flow control and
 (from PCIe 6.0) FLIT overhead take a further share, so measured transfers stay below them.
@@ -81,9 +81,9 @@ def _network(name: str, label: str, kind: str, gigabits: float, source: str) -> 
 
 
 _PCIE_SOURCE = ("PCI-SIG base specification {rev}: {rate} GT/s per lane, {coding}; "
-                "16 lanes / 8 bits per byte (reference.md: {gbps} GB/s per direction)")
+                "16 lanes / 8 bits per byte = {gbps} GB/s per direction")
 _IBTA = "InfiniBand Trade Association roadmap (4x port); NVIDIA {adapter} adapter data"
-_DATASHEET = "NVIDIA {gpu} datasheet: NVLink {figure} GB/s per GPU, bidirectional (reference.md roofline table)"
+_DATASHEET = "NVIDIA {gpu} datasheet: NVLink {figure} GB/s per GPU, bidirectional"
 
 _LINKS = (
     _pcie(3, 8, 128 / 130, "128b/130b encoding",
@@ -101,9 +101,9 @@ _LINKS = (
     _nvlink(4, "H100", 900, _DATASHEET.format(gpu="H100 SXM", figure=900)),
     _nvlink(5, "B200", 1800, _DATASHEET.format(gpu="HGX B200", figure="1,800")),
     _network("ib_hdr", "InfiniBand HDR", "infiniband", 200,
-             _IBTA.format(adapter="ConnectX-6") + "; reference.md: 200 Gb/s = 25 GB/s per port"),
+             _IBTA.format(adapter="ConnectX-6") + "; 200 Gb/s / 8 bits per byte = 25 GB/s per port, per direction"),
     _network("ib_ndr", "InfiniBand NDR", "infiniband", 400,
-             _IBTA.format(adapter="ConnectX-7") + "; reference.md: 400 Gb/s = 50 GB/s per port"),
+             _IBTA.format(adapter="ConnectX-7") + "; 400 Gb/s / 8 bits per byte = 50 GB/s per port, per direction"),
     _network("ib_xdr", "InfiniBand XDR", "infiniband", 800, _IBTA.format(adapter="ConnectX-8")),
     _network("100gbe", "100 Gigabit Ethernet", "ethernet", 100, "IEEE 802.3ba-2010 (40 and 100 Gb/s Ethernet)"),
     _network("200gbe", "200 Gigabit Ethernet", "ethernet", 200, "IEEE 802.3bs-2017 (200 and 400 Gb/s Ethernet)"),

@@ -3,7 +3,9 @@
     labutils model zero --params 7.5e9 --world-size 64
     labutils model bubble --schedule 1f1b --stages 4 --microbatches 16 [--chunks 2]
     labutils model comm --strategy tp --layers 96 --hidden 12288 --seq-len 2048 --micro-batch-size 1 --tp-size 8
-    labutils model roofline --gpu h100 --gemm 8192 8192 8192 --dtype bf16
+    labutils model comm --params 175e9 --layers 96 --hidden 12288 --seq-len 2048 --micro-batch-size 1 \
+        --microbatches 32 --tp-size 8 --pp-size 8 --dp-size 16      # every strategy the arguments allow
+    labutils model roofline --gpu h100 --gemm 8192 8192 8192 --dtype bf16   # or --softmax 8192 8192, ...
 
 GB = 1e9 bytes, GB/s = 1e9 B/s, TFLOP/s = 1e12 FLOP/s.
 """
@@ -32,8 +34,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     bubble.add_argument("--microbatches", type=int, required=True, help="microbatches per step m")
     bubble.add_argument("--chunks", type=int, default=1, help="model chunks per rank v (interleaved_1f1b)")
 
-    comm = sub.add_parser("comm", help="per-device communication per step of a strategy")
-    comm.add_argument("--strategy", required=True, help="dp, fsdp, tp or pp")
+    comm = sub.add_parser("comm", help="per-device communication volume and calls per step, per strategy")
+    comm.add_argument("--strategy", default="all",
+                      help="dp, fsdp, tp, pp, or all (default: a table of every strategy the arguments allow)"),
     comm.add_argument("--params", type=float, help="parameter count (dp, fsdp)")
     comm.add_argument("--layers", type=int, help="transformer layers (fsdp, tp)")
     comm.add_argument("--hidden", type=int, help="model width h (tp, pp)")
@@ -53,6 +56,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     roofline.add_argument("--dtype", default="bf16", help="bf16, fp16, ... (V100 has no bf16)")
     roofline.add_argument("--gemm", type=int, nargs=3, metavar=("M", "N", "K"), help="C[M,N] = A[M,K] B[K,N]")
     roofline.add_argument("--elementwise", type=int, metavar="N", help="c = a + b on N elements")
+    roofline.add_argument("--softmax", type=int, nargs=2, metavar=("ROWS", "COLS"), help="row softmax, fused")
+    roofline.add_argument("--layernorm", type=int, nargs=2, metavar=("ROWS", "COLS"), help="LayerNorm, fused")
     roofline.add_argument("--attention", type=int, nargs=4, metavar=("BATCH", "HEADS", "SEQ", "HEAD_DIM"),
                           help="fused attention forward")
 
@@ -96,7 +101,8 @@ def _bubble(args) -> None:
     from labutils.schedules import bubble_formula, build_schedule, simulate
 
     p, m, v = args.stages, args.microbatches, args.chunks
-    bubble_formula(args.schedule, p, m, v)  # validates the arguments
+    bubble_formula(args.schedule, p, m, v)  # validates the arguments,
+    schedule = build_schedule(args.schedule, p, m, v)  # and the schedule's own constraints, before printing
     if args.schedule == "naive":
         of_total, ideal = Fraction(p - 1, p), Fraction(p - 1)
         forms = ("(p-1)/p", "p-1")
@@ -106,21 +112,28 @@ def _bubble(args) -> None:
     print(f"{args.schedule}: p = {p} stages, m = {m} microbatches" + (f", v = {v} chunks per rank" if v > 1 else ""))
     print(_formula_line("bubble as a share of the whole step", forms[0], of_total))
     print(_formula_line("bubble relative to the ideal (no-bubble) time", forms[1], ideal))
-    timeline = simulate(build_schedule(args.schedule, p, m, v), t_forward=1.0 / v, t_backward=2.0 / v)
+    timeline = simulate(schedule, t_forward=1.0 / v, t_backward=2.0 / v)
     peaks = " ".join(str(n) for n in timeline.peak_in_flight())
     print(f"simulated with t_B = 2 t_F: bubble {timeline.bubble_fraction():.2%} of the step; "
           f"most activations held per rank (microbatch x chunk): {peaks}")
 
 
-def _comm(args) -> None:
+def _volume(args, strategy: str):
     from labutils.costmodel import comm_volume
 
-    volume = comm_volume(
-        args.strategy, params=args.params, layers=args.layers, hidden=args.hidden, seq_len=args.seq_len,
+    return comm_volume(
+        strategy, params=args.params, layers=args.layers, hidden=args.hidden, seq_len=args.seq_len,
         micro_batch_size=args.micro_batch_size, num_microbatches=args.microbatches, tp_size=args.tp_size,
         pp_size=args.pp_size, dp_size=args.dp_size, bytes_per_value=args.bytes_per_value,
         sequence_parallel=args.sequence_parallel,
     )
+
+
+def _comm(args) -> None:
+    if args.strategy == "all":
+        _comm_table(args)
+        return
+    volume = _volume(args, args.strategy)
     print(f"{volume.strategy}: {_gb(volume.bytes_per_step)} sent per device per step (as much received), "
           f"in {volume.calls_per_step} {volume.op} call(s) on buffers of {_gb(volume.message_bytes)}")
     print(f"formula: {volume.formula}")
@@ -134,20 +147,51 @@ def _comm(args) -> None:
         print(f"  - {assumption}")
 
 
+def _comm_table(args) -> None:
+    """One row per strategy whose arguments were given; the others are named with what they need."""
+    from labutils.costmodel import STRATEGIES
+
+    volumes, missing = [], []
+    for strategy in STRATEGIES:
+        try:
+            volumes.append(_volume(args, strategy))
+        except ValueError as exc:
+            if "needs" not in str(exc):  # a real mistake (e.g. layers not a multiple of pp_size)
+                raise
+            needs = str(exc).split("needs ", 1)[1].split(", ")
+            missing.append(f"{strategy} (needs {', '.join('--' + name.replace('_', '-') for name in needs)})")
+    if not volumes:
+        raise UsageError("give the sizes of at least one strategy: --params for dp; --params and --layers "
+                         "for fsdp; --hidden, --seq-len and --micro-batch-size (and --layers for tp) for tp and pp")
+    seconds = args.bandwidth_GBps is not None
+    print(f"Communication per training step, per device (GB = 1e9 bytes sent; as many received); "
+          f"layout t = {args.tp_size} x p = {args.pp_size} x d = {args.dp_size}, m = {args.microbatches}")
+    header = f"{'strategy':<9}{'op':<27}{'sent/device':>13}{'calls/device':>14}{'calls in group':>16}"
+    print(header + (f"{'s at ' + format(args.bandwidth_GBps, 'g') + ' GB/s':>16}" if seconds else ""))
+    for v in volumes:
+        row = f"{v.strategy:<9}{v.op:<27}{_gb(v.bytes_per_step):>13}{v.calls_per_step:>14}{v.group_calls_per_step:>16}"
+        print(row + (f"{v.time_s(args.bandwidth_GBps):>16.4g}" if seconds else ""))
+    print("formulas:")
+    for v in volumes:
+        print(f"  {v.strategy}: {v.formula}")
+    if missing:
+        print(f"not computed: {'; '.join(missing)}")
+    print("assumptions of one strategy: labutils model comm --strategy NAME ...")
+
+
 def _roofline(args) -> None:
     from labutils import roofline as rf
 
-    chosen = [name for name in ("gemm", "elementwise", "attention") if getattr(args, name) is not None]
+    ops = {"gemm": rf.gemm, "elementwise": rf.elementwise, "softmax": rf.softmax, "layernorm": rf.layernorm,
+           "attention": rf.attention}
+    chosen = [name for name in ops if getattr(args, name) is not None]
     if len(chosen) != 1:
-        raise UsageError("give exactly one op: --gemm M N K, --elementwise N or --attention B H S D")
+        raise UsageError("give exactly one op: --gemm M N K, --elementwise N, --softmax ROWS COLS, "
+                         "--layernorm ROWS COLS or --attention B H S D")
     device = rf.get_device(args.gpu)
     dtype = rf.canonical_dtype(args.dtype)
-    if chosen[0] == "gemm":
-        op = rf.gemm(*args.gemm, dtype=dtype)
-    elif chosen[0] == "elementwise":
-        op = rf.elementwise(args.elementwise, dtype=dtype)
-    else:
-        op = rf.attention(*args.attention, dtype=dtype)
+    sizes = getattr(args, chosen[0])
+    op = ops[chosen[0]](*(sizes if isinstance(sizes, list) else [sizes]), dtype=dtype)
     peak, ridge = device.peak(dtype), rf.ridge_point(device, dtype)
     print(f"{device.name}, {dtype}: dense peak {peak / 1e12:g} TFLOP/s, memory {device.mem_bandwidth / 1e9:g} GB/s, "
           f"ridge point {ridge:.0f} FLOP/B (source: {device.source})")

@@ -51,7 +51,6 @@ class CourseFigure(Figure):
         return figure_png(self, dpi=100)
 
 
-
 def format_bytes_binary(num_bytes: float) -> str:
     """Human label for a byte count with binary prefixes: 8 -> "8 B", 1048576 -> "1 MiB"."""
     value = float(num_bytes)
@@ -309,7 +308,8 @@ def _event_color(kind: str, chunk: int, num_chunks: int) -> str:
 
 def _gantt_title(timeline, schedules) -> str:
     p, m, v = timeline.num_stages, timeline.num_microbatches, timeline.num_chunks
-    shape = f"p = {p} stages, m = {m} microbatches" + (f", v = {v} chunks per rank" if v > 1 else "")
+    shape = (f"p = {p} stage{'s' * (p != 1)}, m = {m} microbatch{'es' * (m != 1)}"
+             + (f", v = {v} chunks per rank" if v > 1 else ""))
     measured = timeline.bubble_fraction()
     lines = [f"{timeline.name or 'pipeline'}: {shape}",
              f"bubble measured on this timeline: {measured:.1%} of total rank-time"]
@@ -328,7 +328,8 @@ _ZERO_STAGE_NAMES = {0: "DDP\n(no sharding)", 1: "ZeRO-1\n(optimizer states)",
 
 def zero_memory_bars(table, gpu_memory_bytes: float | None = None, gpu_label: str | None = None,
                      *, title: str | None = None, highlight_stage: int | None = None) -> Figure:
-    """Stacked bars of model-state memory per GPU for each ZeRO stage, in GB (1e9 B).
+    """Stacked bars of model-state memory per GPU for each ZeRO stage, in GB (1e9 B), or in
+    MB (1e6 B) when neither the largest bar nor the GPU line reaches 1 GB (a toy model).
 
     ``table`` is ``labutils.costmodel.zero_memory_table(num_params, world_size)``: one
     ``ZeroMemory(stage, params, grads, optimizer_states, total)`` per stage, in bytes.
@@ -342,11 +343,13 @@ def zero_memory_bars(table, gpu_memory_bytes: float | None = None, gpu_label: st
     fig = CourseFigure(figsize=(8.5, 5), layout="constrained")
     ax = fig.add_subplot()
     positions = range(len(table))
-    highest = max(row.total for row in table) / GB
+    largest_bytes = max([row.total for row in table] + [gpu_memory_bytes or 0])
+    unit, unit_name = (GB, "GB") if largest_bytes >= GB else (1e6, "MB")
+    highest = max(row.total for row in table) / unit
     bottoms = [0.0] * len(table)
     for part, label in (("params", "parameters"), ("grads", "gradients"),
                         ("optimizer_states", "optimizer states")):
-        heights = [getattr(row, part) / GB for row in table]
+        heights = [getattr(row, part) / unit for row in table]
         bars = ax.bar(positions, heights, bottom=bottoms, color=_BAR_COLORS[part], label=label,
                       width=0.6)
         for bar, height in zip(bars, heights):
@@ -355,21 +358,21 @@ def zero_memory_bars(table, gpu_memory_bytes: float | None = None, gpu_label: st
                         f"{height:.3g}", ha="center", va="center", fontsize=8, color="white")
         bottoms = [bottom + height for bottom, height in zip(bottoms, heights)]
     for position, row in zip(positions, table):
-        ax.text(position, row.total / GB, f"{row.total / GB:.3g} GB", ha="center", va="bottom",
+        ax.text(position, row.total / unit, f"{row.total / unit:.3g} {unit_name}", ha="center", va="bottom",
                 fontsize=10, fontweight="bold")
         if row.stage == highlight_stage:
             ax.axvspan(position - 0.45, position + 0.45, color="gold", alpha=0.25, zorder=0)
     top = highest
     if gpu_memory_bytes is not None:
-        capacity = gpu_memory_bytes / GB
+        capacity = gpu_memory_bytes / unit
         ax.axhline(capacity, color="crimson", linestyle="--", linewidth=1.5,
-                   label=f"{gpu_label or 'GPU'} memory: {capacity:.4g} GB")
+                   label=f"{gpu_label or 'GPU'} memory: {capacity:.4g} {unit_name}")
         top = max(top, capacity)
     ax.set_ylim(0, top * 1.15)
     ax.set_xticks(list(positions), [_ZERO_STAGE_NAMES.get(row.stage, f"stage {row.stage}")
                                     + ("\n(selected)" if row.stage == highlight_stage else "")
                                     for row in table])
-    ax.set_ylabel("memory per GPU (GB = 1e9 bytes)")
+    ax.set_ylabel(f"memory per GPU ({unit_name} = {unit:.0e} bytes)".replace("e+0", "e"))
     ax.set_title(title or "Model-state memory per GPU (activations not included)")
     fig.legend(loc="outside lower center", ncols=4, fontsize=9, frameon=False)
     return fig
@@ -469,12 +472,20 @@ def scaling_efficiency(gpu_counts: Sequence[int], throughputs: Sequence[float], 
     left.set_xticks(counts)
     positions = range(len(counts))
     bars = right.bar(positions, [100 * e for e in efficiency], color="#55a868", width=0.6)
+    top = max(120.0, 115 * max(efficiency))
     for bar, value in zip(bars, efficiency):
+        # inside the bar's top, clear of the 100% line; above a bar too short to hold it
+        inside = 100 * value > 0.15 * top
         right.annotate(f"{value:.0%}", (bar.get_x() + bar.get_width() / 2, 100 * value),
-                       xytext=(0, 3), textcoords="offset points", ha="center", fontsize=9)
+                       xytext=(0, -4 if inside else 3), textcoords="offset points", ha="center",
+                       va="top" if inside else "bottom", fontsize=9,
+                       color="white" if inside else "black", fontweight="bold" if inside else "normal")
     right.axhline(100, color="grey", linestyle="--", linewidth=1)
+    right.text(len(counts) - 0.5, 100, "linear scaling = 100%", ha="right", va="bottom", fontsize=8,
+               color="grey")
     right.set_xticks(list(positions), [str(count) for count in counts])
-    right.set_ylim(0, max(110.0, 115 * max(efficiency)))
+    right.set_xlim(-0.5, len(counts) - 0.5)
+    right.set_ylim(0, top)
     right.set_xlabel(f"number of {unit}")
     right.set_ylabel("scaling efficiency (%) = actual / ideal")
     right.set_title("Scaling efficiency")

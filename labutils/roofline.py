@@ -70,7 +70,10 @@ class Device:
         return self.peak_flops[name]
 
 
-_DATASHEETS = "NVIDIA datasheets and product pages (dense tensor-core peaks); course reference sheet"
+def _datasheet(document: str) -> str:
+    """The ``source`` of a datasheet device: the document, and what was read from it."""
+    return f"{document}: dense tensor-core peak, HBM bandwidth, NVLink (course reference sheet)"
+
 
 #: The GPUs the course quotes. Dense BF16/FP16 tensor peaks, HBM bandwidth, NVLink per GPU.
 DEVICES: dict[str, Device] = {
@@ -78,7 +81,7 @@ DEVICES: dict[str, Device] = {
         name="V100 SXM2",
         peak_flops={"fp16": 125e12},
         mem_bandwidth=900e9,
-        source=_DATASHEETS,
+        source=_datasheet("NVIDIA Tesla V100 datasheet, SXM2 column"),
         notes="Volta has FP16 tensor cores and no BF16; 32 GB variant (a 16 GB one exists)",
         memory_bytes=32e9,
         nvlink_bidirectional=300e9,
@@ -87,7 +90,7 @@ DEVICES: dict[str, Device] = {
         name="A100 80GB SXM",
         peak_flops={"bf16": 312e12, "fp16": 312e12},
         mem_bandwidth=2039e9,
-        source=_DATASHEETS,
+        source=_datasheet("NVIDIA A100 Tensor Core GPU datasheet, 80GB SXM column"),
         notes="624 TFLOP/s is the 2:4-sparse figure",
         memory_bytes=80e9,
         nvlink_bidirectional=600e9,
@@ -96,7 +99,7 @@ DEVICES: dict[str, Device] = {
         name="H100 SXM",
         peak_flops={"bf16": 989e12, "fp16": 989e12},
         mem_bandwidth=3.35e12,
-        source=_DATASHEETS,
+        source=_datasheet("NVIDIA H100 Tensor Core GPU datasheet, SXM column"),
         notes="1,979 TFLOP/s is the 2:4-sparse figure",
         memory_bytes=80e9,
         nvlink_bidirectional=900e9,
@@ -105,7 +108,7 @@ DEVICES: dict[str, Device] = {
         name="H200 SXM",
         peak_flops={"bf16": 989e12, "fp16": 989e12},
         mem_bandwidth=4.8e12,
-        source=_DATASHEETS,
+        source=_datasheet("NVIDIA H200 Tensor Core GPU datasheet, SXM column"),
         notes="same compute as H100 SXM, more and faster HBM3e; 1,979 TFLOP/s is sparse",
         memory_bytes=141e9,
         nvlink_bidirectional=900e9,
@@ -114,7 +117,7 @@ DEVICES: dict[str, Device] = {
         name="B200 (HGX)",
         peak_flops={"bf16": 2250e12, "fp16": 2250e12},
         mem_bandwidth=8e12,
-        source=_DATASHEETS,
+        source=_datasheet("NVIDIA HGX B200 datasheet, per GPU"),
         notes="4,500 TFLOP/s is the 2:4-sparse figure; 180 GB per GPU from the DGX B200 "
         "user guide (1,440 GB for 8 GPUs)",
         memory_bytes=180e9,
@@ -159,7 +162,9 @@ def measured_cpu_device(matmul_size: int = 512, copy_bytes: int = 32 * 2**20, re
 
     Best of ``repeats`` runs of an ``matmul_size``^3 fp32 matmul (2 n^3 FLOPs) and of a copy of
     ``copy_bytes`` bytes (counted as read + write, 2 x copy_bytes). Small defaults so that it
-    takes well under a second; these are lower bounds of the true peaks.
+    takes well under a second; these are lower bounds of the true peaks. Points measured
+    on tensors much smaller than ``copy_bytes`` run from the caches and can land above this
+    memory roof (``labutils.bench.op_throughput``'s CPU default is as large as its copy).
     """
     import time
 

@@ -395,9 +395,10 @@ def summarize(topology: Topology) -> list[str]:
     The GPUs: single GPU; all on NVSwitch (NV# everywhere, 8 or more GPUs) or fully meshed
     by NVLink (fewer); NVLink-bridged pairs; a partial NVLink mesh; PCIe only. Then the
     GPU pairs left without NVLink, by PCIe path type (which share a switch, which meet at
-    the host bridge, which cross sockets), then NUMA affinity, then for each NIC the GPUs
-    closest to it. "On NVSwitch" is inferred from the matrix (a uniform NV# among 8 or more
-    GPUs); the matrix itself does not show switches.
+    the host bridge, which cross sockets), then NUMA affinity (or, where the output has no
+    NUMA column, the GPUs grouped by CPU affinity), then for each NIC the GPUs closest to
+    it. "On NVSwitch" is inferred from the matrix (a uniform NV# among 8 or more GPUs); the
+    matrix itself does not show switches.
     """
     gpus, nics = topology.gpus, topology.nics
     lines = [f"{_count(len(gpus), 'GPU')}, {_count(len(nics), 'NIC') if nics else 'no NIC'}"]
@@ -512,19 +513,32 @@ def _group_text(gpus, group) -> str:
 
 
 def _numa_lines(topology: Topology) -> list[str]:
+    """GPUs grouped by NUMA node (with their CPUs); by CPU list alone where no NUMA node is printed."""
     nodes: dict[str, list[str]] = {}
     for gpu in topology.gpus:
         numa = topology.affinity[gpu].numa_affinity
         if numa is not None:
             nodes.setdefault(numa, []).append(gpu)
     if not nodes:
-        return []
+        return _cpu_affinity_lines(topology)
     parts = []
     for numa, members in sorted(nodes.items(), key=lambda item: topology.gpus.index(item[1][0])):
         cpu_lists = {topology.affinity[gpu].cpu_affinity for gpu in members} - {None}
         cpus = f" (CPUs {cpu_lists.pop()})" if len(cpu_lists) == 1 else ""
         parts.append(f"node {numa}: {', '.join(members)}{cpus}")
     return ["NUMA affinity: " + "; ".join(parts)]
+
+
+def _cpu_affinity_lines(topology: Topology) -> list[str]:
+    """"CPU affinity: GPU0, GPU1 on CPUs 0-19,40-59; ..." (older outputs have no NUMA column)."""
+    groups: dict[str, list[str]] = {}
+    for gpu in topology.gpus:
+        cpus = topology.affinity[gpu].cpu_affinity
+        if cpus is not None:
+            groups.setdefault(cpus, []).append(gpu)
+    if not groups:
+        return []
+    return ["CPU affinity: " + "; ".join(f"{', '.join(members)} on CPUs {cpus}" for cpus, members in groups.items())]
 
 
 def _nic_lines(topology: Topology) -> list[str]:

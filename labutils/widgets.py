@@ -153,13 +153,15 @@ class PipelineExplorer(_Dashboard):
         self.image.value = plots.figure_png(plots.pipeline_gantt(timeline, time_unit=unit))
         formula = schedules.bubble_formula(name, p, m, v)
         of_total_text, relative_text = _BUBBLE_FORMULA_TEXT[name]
+        in_flight = ("microbatches in flight" if v == 1 else
+                     f"(microbatch, chunk) activations held, each 1/{v} of a stage's,")
         self.readout.value = (
             f"<b>bubble measured</b> on this timeline: {timeline.bubble_fraction():.1%} of total rank-time "
             f"(t_B / t_F = {ratio:g})<br>"
             f"<b>formula</b> (equal stage costs): {of_total_text} = {formula['of_total']:.1%} of the total time; "
             f"{relative_text} = {formula['relative_to_ideal']:.1%} relative to the ideal time "
             f"(the same bubble, two denominators)<br>"
-            f"<b>microbatches in flight</b> at most, per stage (activation memory): {timeline.peak_in_flight()}"
+            f"<b>{in_flight}</b> at most, per stage (activation memory): {timeline.peak_in_flight()}"
         )
 
 
@@ -203,7 +205,7 @@ class ZeroCalculator(_Dashboard):
         stage = self.controls["stage"].value
         device = DEVICES[self.controls["gpu"].value]
         table = costmodel.zero_memory_table(num_params, world_size)
-        title = (f"Model states per GPU: {num_params:.3g} parameters, N = {world_size} data-parallel GPUs"
+        title = (f"Model states per GPU: {num_params / 1e9:.3g} billion parameters, N = {world_size} data-parallel GPUs"
                  "\n(activations not included)")
         self.image.value = plots.figure_png(plots.zero_memory_bars(
             table, device.memory_bytes, device.name, title=title, highlight_stage=stage))

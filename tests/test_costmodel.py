@@ -138,6 +138,14 @@ def test_sequence_parallel_doubles_calls_not_bytes():
     assert sp.bytes_per_step == plain.bytes_per_step and sp.calls_per_step == 2 * plain.calls_per_step
 
 
+def test_a_group_of_one_rank_makes_no_calls():
+    for volume in (cm.comm_volume("dp", params=1e9), cm.comm_volume("fsdp", params=1e9, layers=4),
+                   cm.comm_volume("tp", micro_batch_size=1, **GPT3), cm.comm_volume("pp", micro_batch_size=1, **GPT3),
+                   cm.comm_volume("dp", params=1e9, ddp_bucket_bytes=25 * 2**20)):
+        assert (volume.bytes_per_step, volume.calls_per_step, volume.group_calls_per_step) == (0, 0, 0), volume.strategy
+    assert cm.comm_volume("tp", micro_batch_size=1, tp_size=2, **GPT3).calls_per_step == 384
+
+
 def test_ddp_buckets_set_the_number_of_calls():
     dp = cm.comm_volume("dp", params=1e9, dp_size=8, ddp_bucket_bytes=25 * 2**20)
     assert dp.calls_per_step == math.ceil(2e9 / (25 * 2**20))

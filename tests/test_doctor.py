@@ -71,7 +71,7 @@ def test_environment_text_shows_gpus_and_topology():
     env["topology"] = ["1 GPU, no NIC", "single GPU (GPU0): no GPU-to-GPU link"]
     text = doctor.environment_text(env)
     assert "GPUs        1 (driver 580.159.04, supports CUDA 13.0; 1 visible to CUDA)" in text
-    assert "GPU0  NVIDIA H100 80GB HBM3, 85.9 GB, compute capability 9.0, PCIe Gen5 x16" in text
+    assert "GPU0  NVIDIA H100 80GB HBM3, 85.9 GB (80.0 GiB), compute capability 9.0, PCIe Gen5 x16" in text
     assert "Topology    1 GPU, no NIC\n            single GPU (GPU0)" in text
 
 

@@ -17,7 +17,7 @@ from labutils import hardware
 from labutils.backend import visible_gpu_count
 from labutils.topology import Topology
 
-FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "topo"
+SHIPPED_TOPO = Path(__file__).resolve().parents[1] / "labutils" / "data" / "topo"  # real outputs, as captured
 
 
 # ----------------------------------------------------------------------------- a fake NVML
@@ -118,7 +118,7 @@ def test_gpu_report_from_nvml_and_sysfs(monkeypatch, fake_sysfs):
     assert calls == {"init": 1, "shutdown": 1}
     text = report.summary()
     assert "2 GPUs (driver 580.159.04, supports CUDA 13.0, 1 visible to CUDA here)" in text
-    assert "GPU0 NVIDIA H100 80GB HBM3, 85.9 GB, compute capability 9.0, PCIe Gen5 x16, 18 NVLinks up" in text
+    assert "GPU0 NVIDIA H100 80GB HBM3, 85.9 GB (80.0 GiB), compute capability 9.0, PCIe Gen5 x16, 18 NVLinks up" in text
     assert "NUMA node 1, CPUs 32-63,96-127" in text and "GPU1 NVIDIA GeForce RTX 3090" in text
     assert "no NVLink" in text
 
@@ -225,12 +225,13 @@ def fake_nvidia_smi(tmp_path, monkeypatch, script: str) -> None:
 
 
 def test_live_topology_from_nvidia_smi(tmp_path, monkeypatch):
-    fixture = FIXTURES / "07_pcie_8x_rtx3090_pix_phb_sys_issue.txt"
-    if not fixture.is_file():
-        pytest.skip(f"real topo outputs not found: {fixture}")
+    fixture = SHIPPED_TOPO / "07_pcie_8x_rtx3090_pix_phb_sys_issue.txt"
     fake_nvidia_smi(tmp_path, monkeypatch, f'[ "$1 $2" = "topo -m" ] && exec cat "{fixture}"')
     topology = hardware.live_topology()
     assert isinstance(topology, Topology) and topology.link("GPU0", "GPU1") == "PIX"
+    inventory = hardware.inventory()
+    assert inventory.topology == topology and inventory.topology_reason is None
+    assert "{GPU0..GPU3} and {GPU4..GPU7} only over SYS: cross-socket" in str(inventory)
 
 
 @pytest.mark.parametrize(

@@ -50,10 +50,37 @@ def test_comm_lists_volume_calls_and_assumptions(capsys):
     assert code == 0 and "448" in out and "3.22 GB" in out
 
 
+def test_comm_without_a_strategy_tables_every_strategy_the_arguments_allow(capsys):
+    code, out, _ = run(capsys, "comm", "--params", "175e9", "--layers", "96", "--hidden", "12288",
+                       "--seq-len", "2048", "--micro-batch-size", "1", "--microbatches", "32",
+                       "--tp-size", "8", "--pp-size", "8", "--dp-size", "16", "--bandwidth-GBps", "450")
+    assert code == 0
+    rows = {line.split()[0]: line.split() for line in out.splitlines()
+            if line.split() and line.split()[0] in ("dp", "fsdp", "tp", "pp")}
+    assert list(rows) == ["dp", "fsdp", "tp", "pp"]
+    assert rows["tp"][1:5] == ["all_reduce", "135.29", "GB", "1536"]  # 4 x 12 layers x 32 microbatches
+    assert rows["pp"][1:6] == ["send", "3.22", "GB", "64", "448"]  # 2m per stage, 2m(p-1) in the pipeline
+    assert rows["dp"][2] == "10.25" and "s at 450 GB/s" in out
+    code, out, _ = run(capsys, "comm", "--params", "175e9", "--dp-size", "1024")
+    assert code == 0 and "699.32 GB" in out
+    assert "not computed: fsdp (needs --layers); tp (needs --hidden, --seq-len, --micro-batch-size)" in out
+
+
 def test_roofline_gemm(capsys):
     code, out, _ = run(capsys, "roofline", "--gpu", "h100", "--gemm", "8192", "8192", "8192", "--dtype", "bf16")
     assert code == 0
     assert "989 TFLOP/s" in out and "ridge point 295" in out and "2731" in out and "compute-bound" in out
+
+
+@pytest.mark.parametrize("argv, intensity, bound", [
+    (["--elementwise", "1000000"], "0.1667", "memory"),         # 1 FLOP per 6 bytes in bf16
+    (["--softmax", "8192", "8192"], "1.25", "memory"),          # 5 FLOP per 4 bytes
+    (["--layernorm", "8192", "8192"], "2", "memory"),            # 8 FLOP per 4 bytes (weights negligible)
+    (["--attention", "8", "32", "4096", "128"], "2048", "compute"),  # fused: s/2 in bf16
+])
+def test_roofline_every_op(capsys, argv, intensity, bound):
+    code, out, _ = run(capsys, "roofline", "--gpu", "h100", *argv)
+    assert code == 0 and f"intensity {intensity} FLOP/B -> {bound}-bound" in out
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -63,6 +90,8 @@ def test_roofline_gemm(capsys):
     (["bubble", "--schedule", "zb", "--stages", "4", "--microbatches", "8"], "unknown schedule"),
     (["bubble", "--schedule", "gpipe", "--stages", "0", "--microbatches", "8"], "num_stages"),
     (["comm", "--strategy", "tp"], "needs hidden, seq_len, micro_batch_size"),
+    (["comm"], "give the sizes of at least one strategy"),
+    (["comm", "--strategy", "all", "--params", "1e9", "--layers", "5", "--pp-size", "2"], "multiple of pp_size"),
     (["zero", "--params", "-1", "--world-size", "8"], "num_params"),
     ([], "say which question"),
 ])
@@ -72,10 +101,23 @@ def test_bad_arguments_give_one_line(capsys, argv, message):
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
 
 
-def test_malformed_number_is_an_argparse_error(capsys):
+@pytest.mark.parametrize("argv, message", [
+    (["bubble", "--schedule", "1f1b", "--stages", "four", "--microbatches", "8"], "invalid int value: 'four'"),
+    (["zero", "--params", "7.5e9"], "required: --world-size"),
+    (["roofline", "--gpu", "h100", "--gemm", "8", "8"], "expected 3 arguments"),
+])
+def test_argparse_errors_are_one_line_too(capsys, argv, message):
     with pytest.raises(SystemExit) as exc:
-        main(["model", "bubble", "--schedule", "1f1b", "--stages", "four", "--microbatches", "8"])
-    assert exc.value.code == 2
+        main(["model", *argv])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and message in err
+    assert len(err.strip().splitlines()) == 1 and "usage:" not in err and "--help" in err
+
+
+def test_interleaved_constraint_is_checked_before_anything_is_printed(capsys):
+    code, out, err = run(capsys, "bubble", "--schedule", "interleaved_1f1b", "--stages", "4",
+                         "--microbatches", "6", "--chunks", "2")
+    assert code == 2 and out == "" and "multiple of num_stages" in err
 
 
 def test_console_script():

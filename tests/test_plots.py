@@ -149,6 +149,9 @@ def test_pipeline_gantt_follows_the_timeline():
     large = plots.pipeline_gantt(schedules.simulate(schedules.build_schedule("gpipe", 4, 12)))
     assert "42.9%" in small.axes[0].get_title()  # 3/7
     assert "20.0%" in large.axes[0].get_title()  # 3/15
+    assert "p = 4 stages, m = 12 microbatches" in large.axes[0].get_title()
+    one = plots.pipeline_gantt(schedules.simulate(schedules.build_schedule("gpipe", 4, 1)))
+    assert "p = 4 stages, m = 1 microbatch\n" in one.axes[0].get_title()
     interleaved = plots.pipeline_gantt(schedules.simulate(schedules.build_schedule("interleaved_1f1b", 2, 4, 2)))
     assert "v = 2 chunks per rank" in interleaved.axes[0].get_title()
     assert "forward, chunk 1" in legend_texts(interleaved)
@@ -178,6 +181,13 @@ def test_zero_memory_bars_values_capacity_and_selection():
     ticks = [t.get_text() for t in ax.get_xticklabels()]
     assert ticks[2].endswith("(selected)") and not ticks[1].endswith("(selected)")
     assert "GB" in ax.get_ylabel()
+
+
+def test_zero_memory_bars_switch_to_mb_for_a_toy_model():
+    fig = plots.zero_memory_bars(costmodel.zero_memory_table(1e6, 4))  # 16 MB of model states in DDP
+    assert "16 MB" in texts(fig) and "MB = 1e6 bytes" in fig.axes[0].get_ylabel()
+    with_gpu = plots.zero_memory_bars(costmodel.zero_memory_table(1e6, 4), 80e9, "H100 SXM")
+    assert "GB = 1e9 bytes" in with_gpu.axes[0].get_ylabel()  # the GPU line sets the scale
 
 
 def test_zero_memory_bars_rejects_bad_input():
@@ -240,7 +250,7 @@ def test_scaling_efficiency_against_ideal():
     assert list(ideal.get_ydata()) == [100, 200, 400]
     assert list(measured.get_ydata()) == [100, 190, 350]
     assert [bar.get_height() for bar in right.containers[0]] == pytest.approx([100, 95, 87.5])
-    assert [text.get_text() for text in right.texts] == ["100%", "95%", "88%"]
+    assert [text.get_text() for text in right.texts] == ["100%", "95%", "88%", "linear scaling = 100%"]
     assert "tokens/s" in left.get_ylabel()
     with pytest.raises(ValueError, match="at least two"):
         plots.scaling_efficiency([1], [100])

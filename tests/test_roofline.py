@@ -21,6 +21,11 @@ def test_dense_peaks_and_bandwidths():
     assert rf.DEVICES["h100"].nvlink_bidirectional == 900e9
 
 
+def test_every_datasheet_device_names_its_own_document():
+    for key, device in rf.DEVICES.items():
+        assert key.upper() in device.source and "datasheet" in device.source and "dense" in device.source
+
+
 def test_v100_has_no_bf16():
     with pytest.raises(ValueError, match="no bf16"):
         rf.DEVICES["v100"].peak("bf16")

@@ -26,6 +26,13 @@ def test_1f1b_caps_activations_at_p_gpipe_holds_m():
     assert max(ps.simulate(ps.build_schedule("1f1b", 8, 5)).peak_in_flight()) <= 8
 
 
+@pytest.mark.parametrize("p, m", [(2, 1), (4, 3), (4, 16), (8, 5), (8, 64)])
+def test_1f1b_never_holds_more_than_p_microbatches(p, m):
+    peaks = ps.simulate(ps.build_schedule("1f1b", p, m), t_forward=1.0, t_backward=2.0).peak_in_flight()
+    assert peaks == [min(p - rank, m) for rank in range(p)] and max(peaks) <= p
+    assert ps.simulate(ps.build_schedule("gpipe", p, m)).peak_in_flight() == [m] * p
+
+
 def test_1f1b_rank_0_order():
     assert [str(a) for a in ps.build_schedule("1f1b", 4, 6)[0]] == \
         "F0 F1 F2 F3 B0 F4 B1 F5 B2 B3 B4 B5".split()

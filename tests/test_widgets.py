@@ -65,6 +65,9 @@ def test_pipeline_explorer_chunks_only_for_interleaved():
     assert "(p-1)/(v m) = 12.5% relative to the ideal time" in explorer.readout.value  # 3 / (3 x 8)
     explorer.controls["v"].value = 2
     assert "(p-1)/(v m) = 18.8% relative to the ideal time" in explorer.readout.value  # 3 / (2 x 8)
+    # 11 chunk activations on rank 0 is not 1F1B's bound of p = 4 broken: each is half a stage's
+    assert "(microbatch, chunk) activations held, each 1/2 of a stage's," in explorer.readout.value
+    assert "microbatches in flight" in one_f_one_b
 
 
 def test_pipeline_explorer_shows_model_errors_in_the_readout():
