@@ -25,7 +25,7 @@ nightly: $(STAMP)
 	$(BIN)/labutils nightly $(NIGHTLY_ARGS)
 
 lab: $(STAMP)
-	$(BIN)/jupyter lab --notebook-dir=. $(if $(filter 0,$(shell id -u)),--allow-root,) notebooks/00_start_here.ipynb
+	$(BIN)/jupyter lab --notebook-dir=. --LabApp.default_url=/lab/tree/notebooks/00_start_here.ipynb $(if $(filter 0,$(shell id -u)),--allow-root,) notebooks/00_start_here.ipynb
 
 bench: $(STAMP)
 	$(BIN)/python -m pip install -q -e '.[bench]'

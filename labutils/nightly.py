@@ -503,11 +503,35 @@ class Progress:
             return
         now = time.monotonic()
         running = ", ".join(f"{label} ({now - start:.0f} s)" for label, start in self.running.items())
-        self.stream.write(f"\r\x1b[K[{self.done}/{self.total} done, {self.failed} failed] running: {running or '-'}")
+        line = f"[{self.done}/{self.total} done, {self.failed} failed] running: {running or '-'}"
+        # a line wider than the terminal wraps, and "\r" then clears only its last part
+        self.stream.write("\r\x1b[K" + _fit(line, self._columns()))
         self.stream.flush()
+
+    def _columns(self) -> int:
+        """The terminal's width; 80 when unknown (not a file, or a pseudo-terminal reporting 0)."""
+        try:
+            return os.get_terminal_size(self.stream.fileno()).columns or 80
+        except (AttributeError, OSError, ValueError):
+            return 80
+
+
+def _fit(line: str, columns: int) -> str:
+    """``line`` cut to ``columns - 1`` characters, ending with '...' when cut."""
+    width = max(columns - 1, 10)
+    return line if len(line) <= width else line[:width - 3] + "..."
 
 
 # ---------------------------------------------------------------- the whole run
+
+
+def injected_parameters(gpu_count: int, quick: bool | None = None, world_size: int | None = None,
+                        backend: str = "auto") -> dict:
+    """What replaces each notebook's ``parameters``: QUICK unless GPUs are visible (then full sizes),
+    WORLD_SIZE one rank per visible GPU (at least 2), BACKEND as given; an explicit value always wins."""
+    return {"QUICK": (gpu_count == 0) if quick is None else quick,
+            "WORLD_SIZE": max(2, gpu_count) if world_size is None else world_size,
+            "BACKEND": backend}
 
 
 def default_jobs(gpu_count: int) -> int:
@@ -518,13 +542,14 @@ def default_jobs(gpu_count: int) -> int:
 
 
 def prepare_out_dir(out_dir: Path | None, root: Path, started: datetime) -> Path:
-    """The run folder, created and checked writable (default ``root/build/nightly/YYYY-MM-DD_HHMMSS``)."""
+    """The run folder as an absolute path (papermill and nbgrader run in other folders), created and
+    checked writable (default ``root/build/nightly/YYYY-MM-DD_HHMMSS``)."""
     if out_dir is None:
         base = Path(root) / "build" / "nightly" / started.strftime("%Y-%m-%d_%H%M%S")
         out_dir, counter = base, 2
         while out_dir.exists():
             out_dir, counter = base.with_name(f"{base.name}_{counter}"), counter + 1
-    out_dir = Path(out_dir)
+    out_dir = Path(out_dir).resolve()
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
         probe = out_dir / ".write-test"
@@ -585,8 +610,8 @@ def run_nightly(names: list[str] = (), *, root: Path | str = ".", out_dir: Path 
     root = Path(root).resolve()
     names = list(names)
     gpu_count = visible_gpu_count()
-    quick = (gpu_count == 0) if quick is None else quick
-    world_size = max(2, gpu_count) if world_size is None else world_size
+    parameters = injected_parameters(gpu_count, quick, world_size, backend)
+    world_size = parameters["WORLD_SIZE"]
     jobs = default_jobs(gpu_count) if jobs is None else jobs
     for value, flag in ((world_size, "--world-size"), (jobs, "-j")):
         if value < 1:
@@ -609,10 +634,9 @@ def run_nightly(names: list[str] = (), *, root: Path | str = ".", out_dir: Path 
         kernel_choice = resolve_kernel(kernel, Path(scratch))
         started, clock = datetime.now(), time.monotonic()
         out_dir = prepare_out_dir(None if out_dir is None else Path(out_dir), root, started)
-        settings = RunSettings({"QUICK": quick, "WORLD_SIZE": world_size, "BACKEND": backend}, kernel_choice,
-                               timeout_s, cell_timeout_s, _subprocess_env(kernel_choice))
+        settings = RunSettings(parameters, kernel_choice, timeout_s, cell_timeout_s, _subprocess_env(kernel_choice))
         stream.write(f"labutils nightly: {len(notebooks)} notebook(s), {len(labs)} lab(s) to grade, "
-                     f"QUICK={quick} WORLD_SIZE={world_size} BACKEND={backend}, {jobs} at a time -> {out_dir}\n")
+                     f"{' '.join(f'{k}={v}' for k, v in parameters.items())}, {jobs} at a time -> {out_dir}\n")
         environment_found: dict = {}  # doctor.environment() imports torch: done while the notebooks run
         environment_thread = threading.Thread(target=_collect_environment, args=(environment_found,), daemon=True)
         environment_thread.start()

@@ -160,7 +160,9 @@ def _scored_result(name: str, student: str, course: Path, lab_name: str, duratio
     if max_points == 0:
         result.status, result.error = FAILED, "no autograded test cell: nothing checks this lab"
     elif student == SOLUTION and points < max_points:
-        lost = [f"{notebook}:{cell} ({score:g} of {top:g})" for notebook, cell, score, top in auto if score < top]
+        why = _why_cells_failed(course / "autograded" / student / lab_name)
+        lost = [f"{notebook}:{cell} ({score:g} of {top:g}{why.get((notebook, cell), '')})"
+                for notebook, cell, score, top in auto if score < top]
         result.status = FAILED
         result.error = f"the solution scored {points:g} of {max_points:g}; lost points in {', '.join(lost)}"
     elif student == RELEASED and points > 0:
@@ -169,6 +171,32 @@ def _scored_result(name: str, student: str, course: Path, lab_name: str, duratio
         result.error = (f"the untouched release scored {points:g} of {max_points:g} (expected 0): "
                         f"these tests pass without student code: {', '.join(won)}")
     return result
+
+
+def _why_cells_failed(folder: Path) -> dict[tuple[str, str], str]:
+    """{(notebook, grade_id): ': why'} for the test cells of the autograded notebooks in ``folder``
+    that show an error, or that wrote to stderr (nbgrader then gives the cell 0 even when it passed)."""
+    import nbformat
+
+    why = {}
+    for path in sorted(Path(folder).glob("*.ipynb")):
+        try:
+            cells = nbformat.read(path, as_version=4).cells
+        except (OSError, ValueError):
+            continue
+        for cell in cells:
+            grade_id = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+            outputs = cell.get("outputs", [])
+            errors = [output for output in outputs if output.get("output_type") == "error"]
+            stderr = "".join(output.get("text", "") for output in outputs
+                             if output.get("output_type") == "stream" and output.get("name") == "stderr").strip()
+            if grade_id is not None and errors:
+                message = (errors[0].get("evalue") or "").strip().splitlines()[:1]
+                why[(path.stem, grade_id)] = ": ".join(["", errors[0].get("ename", "Error"), *message])
+            elif grade_id is not None and stderr:
+                why[(path.stem, grade_id)] = (f": it wrote to stderr ({stderr.splitlines()[0][:80]!r}), and nbgrader "
+                                              "gives 0 to a test cell with any stderr output")
+    return why
 
 
 def _command_error(what: str, outcome, log: Path, timeout_s: float) -> str:

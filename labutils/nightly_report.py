@@ -30,8 +30,10 @@ GROUPS = {
 }
 RESULTS_FILE = "results.json"
 NO_LABS = "no labs found"
-#: a change of duration larger than this fraction of the previous one is flagged
+#: a change of duration larger than this fraction of the previous one, and than
+#: :data:`DURATION_CHANGE_MIN_S` seconds, is flagged (smaller ones are the noise of a busy machine)
 DURATION_CHANGE_FLAG = 0.25
+DURATION_CHANGE_MIN_S = 3.0
 
 
 @dataclass
@@ -136,15 +138,22 @@ def attach_previous_durations(run: NightlyRun, out_dir: Path) -> None:
 
 
 def duration_change(result: Result) -> str:
-    """'+3.2 s (+40%)' against the previous run, '!' appended beyond :data:`DURATION_CHANGE_FLAG`."""
+    """'+3.2 s (+40%)' against the previous run, ' !' appended when :func:`duration_flagged`."""
     if result.previous_duration_s is None:
         return ""
     delta = result.duration_s - result.previous_duration_s
     if result.previous_duration_s <= 0:
         return f"{delta:+.1f} s"
-    fraction = delta / result.previous_duration_s
-    flag = " !" if abs(fraction) > DURATION_CHANGE_FLAG else ""
-    return f"{delta:+.1f} s ({fraction:+.0%}){flag}"
+    flag = " !" if duration_flagged(result) else ""
+    return f"{delta:+.1f} s ({delta / result.previous_duration_s:+.0%}){flag}"
+
+
+def duration_flagged(result: Result) -> bool:
+    """Whether the duration changed by more than :data:`DURATION_CHANGE_FLAG` and :data:`DURATION_CHANGE_MIN_S`."""
+    if result.previous_duration_s is None or result.previous_duration_s <= 0:
+        return False
+    delta = abs(result.duration_s - result.previous_duration_s)
+    return delta > DURATION_CHANGE_MIN_S and delta / result.previous_duration_s > DURATION_CHANGE_FLAG
 
 
 # ---------------------------------------------------------------- shared wording
@@ -163,6 +172,12 @@ def summary_line(run: NightlyRun) -> str:
 
 def settings_line(run: NightlyRun) -> str:
     return ", ".join(f"{name}={value}" for name, value in run.settings.items())
+
+
+def failure_line(result: Result) -> str:
+    """'notebooks/a.ipynb: failed at cell 4 (In [3]): ValueError: ...', one line per failure."""
+    where = f" at {where_text(result)}" if result.cell else ""
+    return f"{result.name}: {result.status}{where}" + (f": {result.error}" if result.error else "")
 
 
 def where_text(result: Result) -> str:
@@ -219,8 +234,12 @@ def _md_cell(text: str) -> str:
 
 
 def markdown_report(run: NightlyRun) -> str:
-    """The report as Markdown: summary, environment, one table per group, then each failure in detail."""
-    lines = [f"# Nightly run {run.started}", "", f"**{summary_line(run)}**", "", f"Settings: {settings_line(run)}", ""]
+    """The report as Markdown: summary and one line per failure, environment, one table per group, then
+    each failure in detail."""
+    lines = [f"# Nightly run {run.started}", "", f"**{summary_line(run)}**", ""]
+    if run.failures:  # what broke, before anything else: the details are under "Failures" below
+        lines += [f"- {_md_cell(failure_line(row))}" for row in _failures_in_report_order(run)] + [""]
+    lines += [f"Settings: {settings_line(run)}", ""]
     lines += [f"Durations compared with earlier runs (latest: `{run.previous_run}`)." if run.previous_run
               else "No previous run to compare durations with.", ""]
     lines += ["## Environment", "", "```text", _environment_text(run.environment), "```", ""]
@@ -262,6 +281,7 @@ body { font-family: system-ui, sans-serif; margin: 2em; }
 table { border-collapse: collapse; margin-bottom: 1.5em; }
 th, td { border: 1px solid #ccc; padding: 0.3em 0.6em; text-align: left; vertical-align: top; }
 .passed { color: #146c2e; } .failed, .timed-out { color: #b3261e; font-weight: bold; }
+.flagged { font-weight: bold; } ul.failures { color: #b3261e; }
 pre { background: #f5f5f5; padding: 0.6em; overflow-x: auto; }
 """
 
@@ -274,10 +294,15 @@ def html_report(run: NightlyRun) -> str:
     """The report as one self-contained HTML page (same content as :func:`markdown_report`)."""
     out = ["<!DOCTYPE html>", '<html><head><meta charset="utf-8">', f"<title>Nightly run {_h(run.started)}</title>",
            f"<style>{_STYLE}</style></head><body>", f"<h1>Nightly run {_h(run.started)}</h1>",
-           f"<p><strong>{_h(summary_line(run))}</strong></p>", f"<p>Settings: {_h(settings_line(run))}</p>",
-           f"<p>Durations compared with earlier runs (latest: <code>{_h(run.previous_run)}</code>).</p>"
-           if run.previous_run else "<p>No previous run to compare durations with.</p>",
-           "<h2>Environment</h2>", f"<pre>{_h(_environment_text(run.environment))}</pre>"]
+           f"<p><strong>{_h(summary_line(run))}</strong></p>"]
+    if run.failures:  # what broke, before anything else, each linked to its details
+        out.append('<ul class="failures">' + "".join(
+            f'<li><a href="#{_anchor(row)}">{_h(row.name)}</a>{_h(failure_line(row)[len(row.name):])}</li>'
+            for row in _failures_in_report_order(run)) + "</ul>")
+    out += [f"<p>Settings: {_h(settings_line(run))}</p>",
+            f"<p>Durations compared with earlier runs (latest: <code>{_h(run.previous_run)}</code>).</p>"
+            if run.previous_run else "<p>No previous run to compare durations with.</p>",
+            "<h2>Environment</h2>", f"<pre>{_h(_environment_text(run.environment))}</pre>"]
     for group, title, rows in _grouped(run):
         out.append(f"<h2>{_h(title)}</h2>")
         if group == "grading" and not rows:
@@ -289,7 +314,8 @@ def html_report(run: NightlyRun) -> str:
             target = row.executed if row.ok else f"#{_anchor(row)}"  # a failure links to its details
             name = f'<a href="{_h(target)}">{_h(name)}</a>' if target else _h(name)
             cells = [f"<td>{name}</td>", f'<td class="{status.replace(" ", "-")}">{_h(status)}</td>']
-            cells += [f"<td>{_h(cell)}</td>" for cell in rest]
+            cells += [f'<td class="flagged">{_h(cell)}</td>' if column == "Change" and duration_flagged(row)
+                      else f"<td>{_h(cell)}</td>" for column, cell in zip(table_columns(group)[2:], rest)]
             out.append("<tr>" + "".join(cells) + "</tr>")
         out.append("</table>")
     if run.failures:

@@ -1,9 +1,11 @@
 """labutils nightly: the runner on small synthetic notebooks, and what its reports say.
 
-One full run (module fixture, through the command line) executes tests/nightly_fixtures/
-copied into a throwaway course: a passing, a failing, a hanging (short cell timeout) and a
-parameter-less notebook, plus one tiny nbgrader lab (solution and release). The tests then
-assert the contents of results.json, report.md, report.html and junit.xml.
+One full run (module fixture, through the command line, with relative --root and --out as
+a user types them) executes tests/nightly_fixtures/ copied into a throwaway course: a
+passing, a failing, a hanging (short cell timeout) and a parameter-less notebook, one tiny
+nbgrader lab (solution and release) and one broken lab (its solution loses points to a line
+on stderr, its release passes a test without student code). The tests then assert the
+contents of results.json, report.md, report.html and junit.xml.
 """
 from __future__ import annotations
 
@@ -22,23 +24,27 @@ from proctree import descendants, wait_until_gone
 from labutils import cli, nightly
 from labutils.nightly_labs import Lab, _pairing_problems, discover_labs
 from labutils.nightly_report import (
-    FAILED, NO_LABS, PASSED, TIMED_OUT, NightlyRun, Result, junit_xml, markdown_report, previous_durations,
+    FAILED, NO_LABS, PASSED, TIMED_OUT, NightlyRun, Result, duration_change, junit_xml, markdown_report,
+    previous_durations,
 )
 
 FIXTURES = Path(__file__).parent / "nightly_fixtures"
 LAB = "lab01_tiny"
+BROKEN_LAB = "lab02_broken"
 CELL_TIMEOUT_S = 4
 
 
-def make_course(root: Path, chapters=("passing", "failing", "hanging", "no_parameters"), lab=True) -> Path:
-    """A course folder: notebooks/ with the chosen fixtures, and one lab in solutions/ and labs/."""
+def make_course(root: Path, chapters=("passing", "failing", "hanging", "no_parameters"), lab=True,
+                broken_lab=False) -> Path:
+    """A course folder: notebooks/ with the chosen fixtures, and the labs in solutions/ and labs/."""
     (root / "notebooks").mkdir(parents=True)
     for name in chapters:
         shutil.copy(FIXTURES / f"{name}.ipynb", root / "notebooks" / f"{name}.ipynb")
-    if lab:
-        for kind, fixture in (("solutions", "lab_source"), ("labs", "lab_released")):
-            (root / kind / LAB).mkdir(parents=True)
-            shutil.copy(FIXTURES / f"{fixture}.ipynb", root / kind / LAB / f"{LAB}.ipynb")
+    labs = [(LAB, "lab")] * lab + [(BROKEN_LAB, "lab_broken")] * broken_lab
+    for lab_name, fixture in labs:
+        for kind, version in (("solutions", "source"), ("labs", "released")):
+            (root / kind / lab_name).mkdir(parents=True)
+            shutil.copy(FIXTURES / f"{fixture}_{version}.ipynb", root / kind / lab_name / f"{lab_name}.ipynb")
     return root
 
 
@@ -46,10 +52,15 @@ def make_course(root: Path, chapters=("passing", "failing", "hanging", "no_param
 def full_run(tmp_path_factory):
     """`labutils nightly` on the whole fixture course: (exit status, course root, run folder, results by name)."""
     base = tmp_path_factory.mktemp("nightly")
-    root = make_course(base / "course")
+    root = make_course(base / "course", broken_lab=True)
     out = base / "runs" / "first"
-    status = cli.main(["nightly", "--root", str(root), "--out", str(out), "--quick", "--world-size", "2",
-                       "--backend", "gloo", "-j", "3", "--cell-timeout", str(CELL_TIMEOUT_S), "--timeout", "120"])
+    here = os.getcwd()
+    os.chdir(base)  # papermill and nbgrader run in other folders: relative paths must still work
+    try:
+        status = cli.main(["nightly", "--root", "course", "--out", "runs/first", "--quick", "--world-size", "2",
+                           "--backend", "gloo", "-j", "3", "--cell-timeout", str(CELL_TIMEOUT_S), "--timeout", "120"])
+    finally:
+        os.chdir(here)
     results = {row["name"]: row for row in json.loads((out / "results.json").read_text())["results"]}
     return status, root, out, results
 
@@ -66,9 +77,19 @@ def test_exit_status_is_nonzero_when_anything_failed(full_run):
         "notebooks/hanging.ipynb": TIMED_OUT,
         "notebooks/no_parameters.ipynb": FAILED,
         f"solutions/{LAB}/{LAB}.ipynb": PASSED,
+        f"solutions/{BROKEN_LAB}/{BROKEN_LAB}.ipynb": PASSED,  # papermill does not mind stderr
         f"{LAB} (solution)": PASSED,
         f"{LAB} (released)": PASSED,
+        f"{BROKEN_LAB} (solution)": FAILED,
+        f"{BROKEN_LAB} (released)": FAILED,
     }
+
+
+def test_notebooks_run_several_at_a_time(full_run):
+    """-j 3: the run takes well under the sum of its rows (one after the other it would take more)."""
+    _status, _root, out, results = full_run
+    total_s = json.loads((out / "results.json").read_text())["duration_s"]
+    assert total_s < 0.8 * sum(row["duration_s"] for row in results.values())
 
 
 def test_parameters_are_injected_and_the_kernel_is_this_interpreter(full_run):
@@ -121,12 +142,28 @@ def test_labs_solution_scores_full_marks_and_release_zero(full_run):
     assert results[f"{LAB} (released)"]["score"] == [0.0, 2.0]
 
 
+def test_broken_lab_says_which_test_lost_or_won_points_and_why(full_run):
+    results = full_run[3]
+    solution, released = results[f"{BROKEN_LAB} (solution)"], results[f"{BROKEN_LAB} (released)"]
+    assert solution["score"] == [1.0, 2.0] and released["score"] == [1.0, 2.0]
+    assert solution["error"] == (
+        f"the solution scored 1 of 2; lost points in {BROKEN_LAB}:test_noisy (0 of 1: it wrote to stderr "
+        "('a warning on stderr'), and nbgrader gives 0 to a test cell with any stderr output)")
+    assert released["error"] == (f"the untouched release scored 1 of 2 (expected 0): these tests pass without "
+                                 f"student code: {BROKEN_LAB}:test_always_passes (1 of 1)")
+
+
 def test_markdown_report_has_environment_rows_and_failure_details(full_run):
     _status, _root, out, _results = full_run
     report = (out / "report.md").read_text()
     assert report.index("## Environment") < report.index("## Chapters")
     assert "torch       " in report and "Backend" in report  # labutils.doctor's environment text
-    assert "**4 of 7 passed, 3 failed (1 timed out)" in report
+    assert "**5 of 10 passed, 5 failed (1 timed out)" in report
+    glance = report[report.index("**5 of 10"):report.index("Settings:")]  # what broke, before anything else
+    assert "- notebooks/failing.ipynb: failed at cell 4 (In [4]): ValueError: fixture failure: total is 6\n" in glance
+    assert "- notebooks/hanging.ipynb: timed out at cell 4 (In [4]): cell still running after" in glance
+    assert f"- {BROKEN_LAB} (released): failed: the untouched release scored 1 of 2" in glance
+    assert glance.count("\n- ") == 5
     assert ("| [notebooks/failing.ipynb](notebooks/failing.ipynb) | FAILED |" in report
             and "| cell 4 (In [4]) | ValueError: fixture failure: total is 6 |" in report)
     assert "### notebooks/hanging.ipynb: timed out at cell 4 (In [4])" in report
@@ -140,17 +177,21 @@ def test_html_report_escapes_and_links_failures(full_run):
     assert '<td class="failed">failed</td>' in page and '<td class="timed-out">timed out</td>' in page
     assert "if total &gt; 5:" in page  # the excerpt, escaped
     assert '<a href="#fail-notebooks-failing-ipynb">' in page and 'id="fail-notebooks-failing-ipynb"' in page
+    glance = page[page.index('<ul class="failures">'):page.index("<p>Settings:")]
+    assert ('<li><a href="#fail-notebooks-failing-ipynb">notebooks/failing.ipynb</a>: failed at cell 4 (In [4]): '
+            "ValueError: fixture failure: total is 6</li>") in glance
+    assert glance.count("<li>") == 5
 
 
 def test_junit_counts_failures_per_suite(full_run):
     _status, _root, out, _results = full_run
     suites = ElementTree.parse(out / "junit.xml").getroot()
-    assert (suites.get("tests"), suites.get("failures")) == ("7", "3")
+    assert (suites.get("tests"), suites.get("failures")) == ("10", "5")
     chapters = suites.find("testsuite[@name='chapters']")
     assert (chapters.get("tests"), chapters.get("failures")) == ("4", "3")
     failure = chapters.find("testcase[@name='notebooks/failing.ipynb']/failure")
     assert failure.get("message") == "failed at cell 4 (In [4]): ValueError: fixture failure: total is 6"
-    assert suites.find("testsuite[@name='grading']").get("failures") == "0"
+    assert suites.find("testsuite[@name='grading']").get("failures") == "2"
 
 
 def test_run_folder_holds_executed_notebooks_and_logs(full_run):
@@ -172,7 +213,8 @@ def test_no_process_outlives_the_run(full_run):
 
 def test_second_run_notebook_timeout_previous_durations_and_fallback_kernel(full_run, tmp_path, monkeypatch):
     """--timeout stops a hung notebook and everything it started; durations are compared with the
-    first run; a python3 kernelspec pointing at another Python is replaced by one for this interpreter."""
+    first run; a python3 kernelspec pointing at another Python is replaced by one for this interpreter;
+    where GPUs are visible the notebooks get full sizes and one rank per GPU unless told otherwise."""
     _status, _root, first_out, first_results = full_run
     elsewhere = tmp_path / "jupyter" / "kernels" / "python3"
     elsewhere.mkdir(parents=True)
@@ -180,10 +222,11 @@ def test_second_run_notebook_timeout_previous_durations_and_fallback_kernel(full
         {"argv": ["/nonexistent/python", "-m", "ipykernel_launcher", "-f", "{connection_file}"],
          "display_name": "elsewhere", "language": "python"}))
     monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter"))
+    monkeypatch.setattr("labutils.backend.visible_gpu_count", lambda: 4)  # as on a 4-GPU node
     root = make_course(tmp_path / "course", chapters=("passing", "hanging"), lab=False)
     progress = io.StringIO()
-    run, out = nightly.run_nightly([], root=root, out_dir=first_out.parent / "second", quick=True, world_size=2,
-                                   backend="gloo", jobs=2, timeout_s=12, cell_timeout_s=120, progress_stream=progress)
+    run, out = nightly.run_nightly([], root=root, out_dir=first_out.parent / "second", backend="gloo", jobs=2,
+                                   timeout_s=12, cell_timeout_s=120, progress_stream=progress)
 
     rows = {result.name: result for result in run.results}
     hanging, passing = rows["notebooks/hanging.ipynb"], rows["notebooks/passing.ipynb"]
@@ -193,7 +236,9 @@ def test_second_run_notebook_timeout_previous_durations_and_fallback_kernel(full
     assert not wait_until_gone(descendants(), timeout_s=5.0)
 
     assert "temporary kernelspec" in run.settings["kernel"] and passing.ok
-    assert f"executable={sys.executable}" in (out / "notebooks" / "passing.ipynb").read_text()
+    printed = (out / "notebooks" / "passing.ipynb").read_text()
+    assert f"executable={sys.executable}" in printed
+    assert "QUICK=False WORLD_SIZE=4 BACKEND=gloo" in printed
 
     assert run.previous_run == "first"
     assert passing.previous_duration_s == pytest.approx(first_results["notebooks/passing.ipynb"]["duration_s"])
@@ -346,6 +391,39 @@ def test_progress_on_a_terminal_redraws_one_status_line():
     assert "\r\x1b[K[0/2 done, 0 failed] running: notebooks/a.ipynb (0 s)" in text
     assert "\r\x1b[KFAILED     notebooks/a.ipynb  1.5 s  boom\n" in text
     assert "[1/2 done, 1 failed] running: -" in text
+
+
+def test_injected_parameters_quick_on_cpu_full_on_gpus_unless_told():
+    assert nightly.injected_parameters(0) == {"QUICK": True, "WORLD_SIZE": 2, "BACKEND": "auto"}
+    assert nightly.injected_parameters(1) == {"QUICK": False, "WORLD_SIZE": 2, "BACKEND": "auto"}
+    assert nightly.injected_parameters(8) == {"QUICK": False, "WORLD_SIZE": 8, "BACKEND": "auto"}
+    assert nightly.injected_parameters(8, quick=True, world_size=4, backend="nccl") == {
+        "QUICK": True, "WORLD_SIZE": 4, "BACKEND": "nccl"}
+    assert nightly.injected_parameters(0, quick=False)["QUICK"] is False
+
+
+def test_progress_line_fits_the_terminal():
+    """A status line wider than the terminal wraps, and redrawing it would then leave a trail of lines."""
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    stream = Terminal()  # no file descriptor: 80 columns assumed
+    progress = nightly.Progress(stream, total=3)
+    for name in ("solutions/lab03_data_parallel/lab03_data_parallel.ipynb", "lab04_zero (nbgrader)"):
+        progress.started(name)
+    progress.close()
+    last = stream.getvalue().split("\r\x1b[K")[-2]  # the last status line drawn
+    assert last.startswith("[0/3 done, 0 failed] running: solutions/lab03") and last.endswith("...")
+    assert len(last) == 79
+
+
+def test_small_duration_changes_are_not_flagged():
+    assert duration_change(Result("a", "chapters", PASSED, 1.0, previous_duration_s=0.5)) == "+0.5 s (+100%)"
+    assert duration_change(Result("a", "chapters", PASSED, 20.0, previous_duration_s=10.0)) == "+10.0 s (+100%) !"
+    assert duration_change(Result("a", "chapters", PASSED, 10.0, previous_duration_s=20.0)) == "-10.0 s (-50%) !"
+    assert duration_change(Result("a", "chapters", PASSED, 11.0, previous_duration_s=10.0)) == "+1.0 s (+10%)"
 
 
 def test_default_jobs():

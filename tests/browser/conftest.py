@@ -17,7 +17,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from course_paths import ARTIFACTS, REPO
+from course_paths import ARTIFACTS, REPO, VIEWPORT
 from lab_server import LabServer
 from proctree import describe, labutils_processes_under, wait_until_gone
 
@@ -29,8 +29,6 @@ CHROMIUM_ARGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
     "--disable-component-update", "--disable-sync", "--no-first-run",
 ]
-#: A laptop-sized window: plots and per-rank output must be legible at this size.
-VIEWPORT = {"width": 1280, "height": 800}
 #: Course folders copied into the server's root.
 COURSE_FOLDERS = ("notebooks", "labs")
 #: Seconds for ranks to be gone once their kernel is shut down.

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import signal
 import socket
@@ -87,15 +88,21 @@ class LabServer:
         return f"http://127.0.0.1:{self.port}/{path.lstrip('/')}{separator}token={self.token}"
 
     @classmethod
-    def start(cls, root_dir: Path, state_dir: Path, log_path: Path) -> "LabServer":
-        """Start ``jupyter lab`` serving ``root_dir`` and wait until it answers."""
+    def start(cls, root_dir: Path, state_dir: Path, log_path: Path, command: list[str] | None = None) -> "LabServer":
+        """Start ``jupyter lab`` serving ``root_dir`` and wait until it answers.
+
+        ``command`` is how JupyterLab is started (default: this interpreter's, serving ``root_dir``;
+        the test of ``make lab`` passes the Makefile's command, run in ``root_dir``); the options
+        for an unattended server on 127.0.0.1 with a token are appended to it.
+        """
         env = throwaway_environment(state_dir)
         write_user_settings(Path(env["JUPYTER_CONFIG_DIR"]))
         port, token = free_port(), secrets.token_hex(16)
+        command = command or [sys.executable, "-m", "jupyterlab", f"--ServerApp.root_dir={root_dir}"]
         command = [
-            sys.executable, "-m", "jupyterlab", "--no-browser",
+            *command, "--no-browser",
             "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}", "--ServerApp.port_retries=0",
-            f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root_dir}",
+            f"--IdentityProvider.token={token}",
             "--LabApp.news_url=", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
         ]
         if os.geteuid() == 0:
@@ -127,6 +134,18 @@ class LabServer:
             time.sleep(0.25)
         raise TimeoutError(f"jupyter lab did not answer within {START_TIMEOUT_S:.0f} s; "
                            f"its log:\n{self.log_tail()}")
+
+    def printed_url(self, timeout_s: float = 30) -> str:
+        """The address the server printed for the user to open, with the token (which it prints
+        as "..." when the token was given on its command line)."""
+        pattern = re.compile(rf"http://127\.0\.0\.1:{self.port}/(\S*)\?token=")
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            found = pattern.search(self.log_tail(100_000))
+            if found:
+                return self.url(found.group(1))
+            time.sleep(0.25)
+        raise AssertionError(f"jupyter lab printed no address within {timeout_s:.0f} s; its log:\n{self.log_tail()}")
 
     def kernels(self) -> list[dict]:
         """The server's running kernels, as its REST API lists them (id, execution_state, ...)."""

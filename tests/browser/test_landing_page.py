@@ -1,16 +1,22 @@
 """The landing page (notebooks/00_start_here.ipynb) links every chapter and lab in order, runs
-in a moment, and its links open the chapters in JupyterLab; every course notebook opens
-without JupyterLab asking which kernel to use."""
+in a moment, and its links open the chapters in JupyterLab; `make lab` lands on it; every
+course notebook opens without JupyterLab asking which kernel to use."""
 from __future__ import annotations
 
 import re
+import shlex
+import shutil
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import nbformat
+import pytest
 
-from course_paths import LABS, NOTEBOOKS, REPO
+from course_paths import LABS, NOTEBOOKS, REPO, VIEWPORT
 from jupyterlab_ui import NotebookUI
+from lab_server import LabServer
 
 LANDING = NOTEBOOKS / "00_start_here.ipynb"
 LINK = re.compile(r"\[([^\]]+)\]\(([^)\s]+)\)")
@@ -92,3 +98,38 @@ def test_landing_page_runs_and_opens_the_first_chapter(page, lab_server, workspa
     chapter.panel.locator("h1").first.wait_for()
     assert chapter.panel.locator("h1").first.inner_text().startswith(_title(first)[:20])
     chapter.screenshot(artifacts_dir / "landing_page_first_chapter.png")
+
+
+def _make_lab_command() -> list[str]:
+    """The JupyterLab command `make lab` runs once .venv is installed, as `make -n` prints it, started
+    by the interpreter running the tests (whose venv may live elsewhere than the Makefile's)."""
+    if shutil.which("make") is None:
+        pytest.skip("make is not installed")
+    printed = subprocess.run(["make", "-n", "-s", "lab"], cwd=REPO, capture_output=True, text=True, check=True).stdout
+    lines = [line for line in printed.splitlines() if re.search(r"jupyter(-lab| lab)\b", line)]
+    assert len(lines) == 1, f"`make -n lab` should print one jupyter lab command:\n{printed}"
+    program, *arguments = shlex.split(lines[0])
+    assert Path(program).name == "jupyter", lines[0]
+    return [sys.executable, "-m", "jupyter", *arguments]  # the venv's jupyter: the one running these tests
+
+
+@pytest.mark.browser
+@pytest.mark.slow
+def test_make_lab_lands_on_the_landing_page(browser, course_root, tmp_path, artifacts_dir):
+    """The address `make lab` prints (what a student on a remote GPU node opens through an SSH
+    tunnel, with no browser started for them) opens the landing page, not an empty JupyterLab."""
+    server = LabServer.start(course_root, tmp_path / "jupyter-state", artifacts_dir / "jupyter-server-make-lab.log",
+                             command=_make_lab_command())
+    context = browser.new_context(viewport=VIEWPORT)
+    try:
+        page = context.new_page()
+        page.goto(server.printed_url())
+        page.locator(".jp-NotebookPanel, .jp-Launcher").first.wait_for(timeout=60_000)
+        page.screenshot(path=str(artifacts_dir / "make_lab.png"))
+        current = page.locator("#jp-main-dock-panel .lm-TabBar-tab.lm-mod-current .lm-TabBar-tabLabel").inner_text()
+        assert current == LANDING.name, (
+            f"`make lab` printed {server.printed_url()!r}, which opens {current!r}, not {LANDING.name}: "
+            "add --LabApp.default_url=/lab/tree/notebooks/00_start_here.ipynb to the Makefile's lab target")
+    finally:
+        context.close()
+        server.stop()
