@@ -11,15 +11,13 @@ import cloudpickle
 import nbformat
 import torch
 
-import labutils
-
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if os.path.join(REPO, "grading") not in sys.path:
     sys.path.insert(0, os.path.join(REPO, "grading"))
 
 from autograder.fixtures import apply_fixture, parse_fixture, student_solution  # noqa: E402
 from autograder.runner import GradeOptions, grade_class  # noqa: E402
-from judge import engine, rankside  # noqa: E402
+from judge import engine  # noqa: E402
 
 
 class GradedLab:
@@ -78,9 +76,10 @@ class GradedLab:
         cases = spec.make_cases(torch.Generator().manual_seed(0))
         namespace = self.solution_namespace()
         objects = {name: namespace[name] for name in spec.objects}
-        raw = labutils.launch(rankside.run_on_rank, spec.world_size, self.name, test, cases,
-                              cloudpickle.dumps(objects), {}, backend="gloo", timeout=60)
-        results = [engine.decode(item) for item in raw]
+        results = engine.merge(
+            engine.launch_reference(self.name, test, cases, rank_timeout_s=60, backend="gloo"),
+            engine.launch_submission(self.name, test, cases, cloudpickle.dumps(objects), {}, rank_timeout_s=60,
+                                     backend="gloo"))
         verdict = engine.compare(test, spec, cases, results)
         assert verdict.passed and not verdict.judge_error, verdict.lines
         return cases, results

@@ -1,6 +1,7 @@
 """End to end through real nbgrader and its SQLite gradebook: `labutils grade` on the solution,
 the untouched release and every fixture of tests/fixtures/lab01 (wrong implementations, a cheat,
-a tampered notebook, a hung rank, a dead kernel); then plain `nbgrader autograde` on the solution."""
+a tampered notebook, a hung rank, a dead kernel); a kernel that loops forever, with a short cell
+timeout; then plain `nbgrader autograde` on the solution."""
 from __future__ import annotations
 
 import csv
@@ -178,6 +179,36 @@ def test_grades_csv_is_nbgraders_export_of_the_judged_scores(graded):
     for student, submission in graded["submissions"].items():
         assert float(rows[student]["score"]) == submission["points"]
         assert float(rows[student]["max_score"]) == sum(POINTS.values())
+
+
+#: A submission whose kernel itself loops forever in Part 4 (not on ranks: only the cell timeout stops it).
+KERNEL_LOOP = parse_fixture("kernel_loop", """# loses: test_parallel_mlp
+# %% replace: parallel_mlp
+while True:
+    pass
+""")
+
+
+def test_a_kernel_that_loops_forever_loses_that_part_at_the_cell_timeout_and_the_rest_is_graded(tmp_path):
+    solution, _ = _notebooks()
+    submissions = tmp_path / "submissions"
+    _write(submissions, "solution", solution)
+    _write(submissions, "kernel_loop", apply_fixture(solution, KERNEL_LOOP))
+    course = str(tmp_path / "course")
+    done = subprocess.run([sys.executable, "-m", "labutils", "grade", LAB, str(submissions), "--course-dir", course,
+                           "--workers", "2", "--rank-timeout", "10", "--cell-timeout", "15"],
+                          capture_output=True, text=True, timeout=600, cwd=REPO)
+    assert done.returncode == 0, done.stdout + done.stderr
+    with open(os.path.join(course, "reports", f"{LAB}.json")) as f:
+        submissions_report = {s["student"]: s for s in json.load(f)["submissions"]}
+    scores = _gradebook_scores(course)
+    assert scores["solution"] == POINTS
+    assert scores["kernel_loop"] == dict(POINTS, test_parallel_mlp=0)
+    assert any("parallel_mlp: CellTimeoutError" in item for item in submissions_report["kernel_loop"]["attention"])
+    deadline = time.monotonic() + 10
+    while _processes_inside(course) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _processes_inside(course) == []
 
 
 def test_usage_errors_are_one_line():

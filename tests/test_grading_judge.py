@@ -1,5 +1,7 @@
 """The judge on real ranks (gloo, 4 ranks): the reference passes and communicates as Megatron
-does, submissions are compared in the judge's process, borrowed grader code is refused."""
+does, submissions are compared in the judge's process, borrowed grader code is refused (also when
+looked up at run time), the reference's results are out of the submission's reach, and nothing
+the ranks send back can run code in the judge."""
 from __future__ import annotations
 
 import os
@@ -18,7 +20,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "grading"))
 
 from autograder.fixtures import apply_fixture, parse_fixture, student_solution  # noqa: E402
-from judge import client, engine, rankside  # noqa: E402
+from judge import client, engine  # noqa: E402
 
 LAB = "lab01_tensor_parallel"
 
@@ -70,9 +72,9 @@ def test_the_reference_communicates_as_megatron_does_and_the_solution_passes(tes
     spec = engine.load_lab(LAB).TESTS[test]
     cases = spec.make_cases(torch.Generator().manual_seed(0))
     objects = {name: solution[name] for name in spec.objects}
-    raw = labutils.launch(rankside.run_on_rank, 4, LAB, test, cases, cloudpickle.dumps(objects), {},
-                          backend="gloo", timeout=60)
-    results = [engine.decode(item) for item in raw]
+    results = engine.merge(engine.launch_reference(LAB, test, cases, rank_timeout_s=60, backend="gloo"),
+                           engine.launch_submission(LAB, test, cases, cloudpickle.dumps(objects), {},
+                                                    rank_timeout_s=60, backend="gloo"))
     for result in results:
         for case, reference in zip(cases, result["reference"]):
             forward, backward = MEGATRON_PATTERN[test](case.params)
@@ -130,6 +132,116 @@ def test_a_submission_that_borrows_the_reference_is_refused():
     verdict = engine.run_test(LAB, "test_g", list(objects), cloudpickle.dumps(objects), {}, rank_timeout_s=60)
     assert not verdict.passed
     assert "uses the grader's own implementation: ref (reference.tensor_parallel)" in verdict.lines[0]
+
+
+def _judge_source(test: str, source: str, seed: int = 6):
+    """The verdict of the judge on the solution with ``source`` run after it (a student's replacement)."""
+    namespace = _notebook_namespace()
+    exec(textwrap.dedent(source), namespace)
+    spec = engine.load_lab(LAB).TESTS[test]
+    objects = {name: namespace[name] for name in spec.objects}
+    return engine.run_test(LAB, test, list(objects), cloudpickle.dumps(objects), {}, rank_timeout_s=60, seed=seed)
+
+
+def test_a_submission_that_copies_the_references_results_from_the_judges_frames_finds_none():
+    # It computes nothing: on the ranks it walks up to the judge's frames, looking for the reference's
+    # results of the current case, and makes the judge's CaseRun return them. The reference runs in
+    # ranks of its own, so there is nothing to find, and its zeros are compared with dense maths.
+    verdict = _judge_source("test_column_parallel", '''
+        import sys
+
+        class ColumnParallelLinear(nn.Module):
+            def __init__(self, in_features, out_features, group, bias=True, gather_output=False):
+                super().__init__()
+                tp = dist.get_world_size(group)
+                self.weight = nn.Parameter(torch.zeros(out_features // tp, in_features))
+                self.bias = nn.Parameter(torch.zeros(out_features // tp)) if bias else None
+                self.width = out_features if gather_output else out_features // tp
+                frame, holder, run = sys._getframe(1), None, None
+                while frame is not None:
+                    if run is None and hasattr(frame.f_locals.get("run"), "result"):
+                        run = frame.f_locals["run"]
+                    if "reference" in frame.f_locals and "case" in frame.f_locals:
+                        holder = frame.f_locals
+                    frame = frame.f_back
+                if holder is not None and run is not None:
+                    index = next(i for i, c in enumerate(holder["cases"]) if c is holder["case"])
+                    answer = holder["reference"][index]
+                    run.result = lambda out, dx: answer
+
+            def forward(self, x):
+                return torch.zeros(*x.shape[:-1], self.width) + 0 * (x.sum() + self.weight.sum())
+    ''')
+    assert not verdict.passed and not verdict.judge_error
+    assert all("output on rank 0 differs" in line for line in verdict.lines), verdict.lines
+
+
+#: Row-parallel layers that look up the grader at run time (nothing in their pickled namespace names it).
+_LOOKUPS = {
+    "RowParallelLinear": '''
+        class RowParallelLinear(nn.Module):
+            def __new__(cls, *args, **kwargs):   # an instance of any other module's RowParallelLinear
+                import sys
+                for name, module in list(sys.modules.items()):
+                    other = getattr(module, "RowParallelLinear", None)
+                    if name != "__main__" and isinstance(other, type) and other is not cls:
+                        return other(*args, **kwargs)
+                return super().__new__(cls)
+    ''',
+    "expected results of test_row_parallel": '''
+        class RowParallelLinear(nn.Module):
+            def __init__(self, *args, **kwargs):  # the judge's own dense maths, found on the rank
+                super().__init__()
+                import sys
+                sys.modules["judge.lab01_tensor_parallel"].TESTS["test_row_parallel"].expected(None, {})
+    ''',
+}
+
+
+@pytest.mark.parametrize("target", list(_LOOKUPS))
+def test_a_submission_that_looks_up_the_grader_at_run_time_is_refused(target):
+    verdict = _judge_source("test_row_parallel", _LOOKUPS[target])
+    assert not verdict.passed and not verdict.judge_error
+    assert f"RuntimeError: your code called the grader's own {target}: write your own" in verdict.lines[0]
+
+
+#: Ways for code on a rank to hand the judge's process a pickle that runs code when unpickled (labutils
+#: pickles what ranks send back): as the result, as an exception, as a frame of labutils' wire protocol.
+_PICKLE_BOMBS = {
+    "result": '''
+sys.modules["judge.rankside"]._as_bytes = lambda payload: _Bomb()
+''',
+    "exception": '''
+class _Raised(Exception):
+    def __reduce__(self):
+        return _Bomb.__reduce__(self)
+
+def explode(payload):
+    raise _Raised("boom")
+
+sys.modules["judge.rankside"]._as_bytes = explode
+''',
+    "wire frame": '''
+frame = sys._getframe()
+while frame is not None and "ctrl" not in frame.f_locals:
+    frame = frame.f_back
+sys.modules["labutils._wire"].send(frame.f_locals["ctrl"], _Bomb())
+''',
+}
+
+
+@pytest.mark.parametrize("how", list(_PICKLE_BOMBS))
+def test_what_the_ranks_send_back_cannot_run_code_in_the_judge(how, tmp_path):
+    marker = tmp_path / "ran-in-the-judge"
+    source = (f"import sys\n\n"
+              f"class _Bomb:\n"
+              f"    def __reduce__(self):\n"
+              f"        return (exec, (\"open({str(marker)!r}, 'w').write('pwned')\",))\n\n"
+              f"def reduce_from_tp_region(x, group):\n"
+              + textwrap.indent(_PICKLE_BOMBS[how].strip("\n"), "    ") + "\n    return x\n")
+    verdict = _judge_source("test_g", source)
+    assert not marker.exists()
+    assert not verdict.passed and not verdict.judge_error, verdict.lines
 
 
 def test_the_kernel_side_client_prints_the_verdict_and_fails_in_one_line(capsys, monkeypatch):

@@ -1,14 +1,17 @@
 """Lab 5 (pipeline parallelism) graded end to end: the reference holds m microbatches in
-flight with GPipe and p - stage with 1F1B and sends m activations and m gradients per link;
+flight with GPipe and p - stage with 1F1B (as it counts them and as the judge measures them
+from its messages), its replayed bubble is (p-1)/(m+p-1) for both, and it sends m activations
+and m gradients per link;
 through real nbgrader (``autograder.runner.grade_class``, what ``labutils grade`` runs) the
 solution scores full marks, the release zero, and the fixtures of the issue's mistakes (1F1B
-that keeps every microbatch in flight, losses not scaled by m, a schedule that deadlocks and
-must time out) lose exactly the parts they name."""
+that keeps every microbatch in flight, openly or while reporting 1F1B's peak, losses not scaled
+by m, a schedule that deadlocks and must time out) lose exactly the parts they name."""
 from __future__ import annotations
 
 import pytest
 
 from graded_lab import GradedLab, part
+from judge import lab05_pipeline_parallel as pp
 
 #: The deadlock fixture waits out the rank timeout (seconds), twice.
 LAB = GradedLab("lab05_pipeline_parallel", rank_timeout_s=8.0)
@@ -27,7 +30,10 @@ def test_the_reference_holds_what_the_schedule_says_and_the_solution_passes(test
     for rank, result in enumerate(results):
         for case, reference in zip(cases, result["reference"]):
             stage = rank % case.tp_size
-            assert reference["values"]["peak microbatches in flight"].item() == _peak(test, case, stage), case.name
+            for label in (pp.PEAK, pp.MEASURED_PEAK):
+                assert reference["values"][label].item() == _peak(test, case, stage), (label, case.name)
+            p, m = case.tp_size, case.params["m"]
+            assert reference["values"][pp.BUBBLE].item() == pytest.approx((p - 1) / (m + p - 1)), case.name
             messages = case.params["m"] * ((stage > 0) + (stage < case.tp_size - 1))
             assert reference["comm"]["step"] == ({"send": messages, "recv": messages} if messages else {}), case.name
     assert any(case.params["m"] < case.tp_size for case in cases)

@@ -143,6 +143,32 @@ def test_stripping_nbgrader_metadata_counts_as_deleting_the_cell():
     assert [str(t) for t in find_tampering(release, submitted)] == ["deleted read-only cell check_f"]
 
 
+# ----- the judge's verdict over the notebook's -------------------------------------------------------
+
+def _verdict(passed: bool, judge_error: bool = False) -> dict:
+    return {"test": "test_x", "passed": passed, "lines": ["✓ case" if passed else "✗ case"],
+            "judge_error": judge_error, "detail": "Traceback ... the reference failed"}
+
+
+@pytest.mark.parametrize("notebook_points, verdict, points, status, note", [
+    (2.0, _verdict(True), 2.0, "passed", ""),
+    (0.0, _verdict(False), 0.0, "failed", ""),
+    (2.0, _verdict(False), 0.0, "failed", "forged: the notebook showed this cell as passed, the judge failed it"),
+    (2.0, None, 0.0, "not judged", "forged: the notebook showed this cell as passed, the judge never saw it"),
+    (0.0, _verdict(True), 2.0, "passed", "the cell failed after the judge passed it"),
+    (0.0, _verdict(False, judge_error=True), 0.0, "judge error", "judge error, left for manual grading"),
+    # a judge error fails the cell in the kernel: a notebook showing it passed tampered with the judge's call
+    (2.0, _verdict(False, judge_error=True), 0.0, "judge error", "forged: "),
+])
+def test_a_part_scores_the_judges_verdict_and_names_what_the_notebook_forged(notebook_points, verdict, points,
+                                                                             status, note):
+    from autograder.runner import _part_from_verdict
+
+    part = _part_from_verdict("test_x", 2.0, notebook_points, verdict)
+    assert (part.points, part.status) == (points, status)
+    assert part.note.startswith(note) if note else part.note == ""
+
+
 # ----- feedback ---------------------------------------------------------------------------------
 
 def _graded_cell(source: str, outputs: list):

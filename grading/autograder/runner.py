@@ -251,8 +251,12 @@ def _part_from_verdict(cell: str, max_points: float, notebook_points, verdict: d
     if verdict is None:
         part = PartScore(cell, 0.0, max_points, "not judged", notebook_points, [NOT_JUDGED_LINE])
     elif verdict.get("judge_error"):
-        return PartScore(cell, notebook_points, max_points, "judge error", notebook_points, verdict["lines"],
-                         note=f"judge error, left for manual grading: {verdict.get('detail', '')[-500:]}")
+        # A judge error fails the hidden-test cell in the kernel, so the notebook cannot honestly show a pass.
+        forged = bool(notebook_points)
+        return PartScore(cell, 0.0 if forged else notebook_points, max_points, "judge error", notebook_points,
+                         verdict["lines"], note=("forged: the notebook showed this cell as passed, the judge failed "
+                                                 "(judge error); " if forged else "") +
+                         f"judge error, left for manual grading: {verdict.get('detail', '')[-500:]}")
     else:
         passed = bool(verdict["passed"])
         part = PartScore(cell, max_points if passed else 0.0, max_points, "passed" if passed else "failed",

@@ -8,7 +8,9 @@ from __future__ import annotations
 import importlib
 import io
 import os
+import pickle
 import re
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -51,7 +53,10 @@ class TestSpec:
     {"out", "dx", "grads": {path: tensor}, "values": {label: tensor}}]`` run here ("out" or
     "dx" left out when the test has none; "values" optional, compared with the rank's
     ``result["values"]``); ``run_case(objects, case, run)`` runs
-    on the ranks (``run`` is a ``rankside.CaseRun``).
+    on the ranks (``run`` is a ``rankside.CaseRun``). ``measure(case, results)``, optional,
+    also runs here, on one case's results of every rank (the reference's, then the
+    submission's): it adds to each result's "values" what only the ranks together show
+    (a pipeline's bubble), a tensor or, when it cannot be measured, a string saying why.
     """
 
     title: str
@@ -61,6 +66,7 @@ class TestSpec:
     expected: Callable
     run_case: Callable
     world_size: int = 4
+    measure: Callable | None = None
 
 
 @dataclass
@@ -113,22 +119,95 @@ def run_test(lab: str, test: str, names: list, blob: bytes, sources: dict, *,
         return Verdict(test, spec.title, False, [f"✗ the grader needs {', '.join(missing)} and did not receive it"])
     generator = torch.Generator().manual_seed(seed if seed is not None else int.from_bytes(os.urandom(7), "big"))
     cases = spec.make_cases(generator)
+    try:  # the reference first, in ranks of its own: no submission code ever runs beside its results
+        reference = launch_reference(lab, test, cases, rank_timeout_s=rank_timeout_s, backend=backend)
+    except (LaunchError, rankside.JudgeFailed) as exc:
+        return Verdict(test, spec.title, False, [f"✗ judge error: the reference failed on rank "
+                                                 f"{getattr(exc, 'rank', '?')}: {str(exc)[-2000:]}"], judge_error=True)
     try:
-        raw = labutils.launch(rankside.run_on_rank, spec.world_size, lab, test, cases, blob, sources,
-                              backend=backend, timeout=rank_timeout_s)
-    except rankside.StudentCodeFailed as exc:
+        student = launch_submission(lab, test, cases, blob, sources, rank_timeout_s=rank_timeout_s, backend=backend)
+    except rankside.StudentCodeFailed as exc:  # (a JudgeFailed from these ranks could only be forged: see SAFE_GLOBALS)
         return Verdict(test, spec.title, False, [f"✗ rank {getattr(exc, 'rank', '?')}: {exc}"])
-    except rankside.JudgeFailed as exc:
-        return Verdict(test, spec.title, False, [f"✗ judge error on rank {getattr(exc, 'rank', '?')}: {exc}"],
-                       judge_error=True)
     except RankTimeoutError as exc:
         return Verdict(test, spec.title, False, [_timeout_line(exc, rank_timeout_s, sources)])
     except RankDiedError as exc:
         return Verdict(test, spec.title, False, [f"✗ a rank died while running your code: {_first_sentence(exc)}"])
     except LaunchError as exc:
         return Verdict(test, spec.title, False, [f"✗ the ranks failed: {_first_sentence(exc)}"])
-    results = [decode(item) for item in raw]
-    return compare(test, spec, cases, results)
+    return compare(test, spec, cases, merge(reference, student))
+
+
+def launch_reference(lab: str, test: str, cases: list, *, rank_timeout_s: float, backend: str = "auto") -> list:
+    """Per rank, what the reference did on each case: [{"reference": [per case result]}]."""
+    spec = load_lab(lab).TESTS[test]
+    raw = labutils.launch(rankside.run_reference, spec.world_size, lab, test, cases, backend=backend,
+                          timeout=rank_timeout_s)
+    return [decode(item) for item in raw]
+
+
+def launch_submission(lab: str, test: str, cases: list, blob: bytes, sources: dict, *, rank_timeout_s: float,
+                      backend: str = "auto") -> list:
+    """Per rank, what the submission (``blob``) did on each case: [{"student": [per case result]}],
+    in a launch of its own (after ``launch_reference``). Everything its ranks send back is
+    unpickled under ``restricted_unpickling``; anything but the judge's bytes is the submission's
+    fault (``rankside.StudentCodeFailed``)."""
+    spec = load_lab(lab).TESTS[test]
+    try:
+        with restricted_unpickling():
+            raw = labutils.launch(rankside.run_submission, spec.world_size, lab, test, cases, blob, sources,
+                                  backend=backend, timeout=rank_timeout_s)
+    except pickle.UnpicklingError as exc:
+        raise rankside.StudentCodeFailed(f"the ranks sent back what the grader refuses to unpickle ({exc})") from None
+    try:
+        return [decode(item) for item in raw]
+    except Exception:
+        raise rankside.StudentCodeFailed("the ranks sent back something other than the grader's results "
+                                         "(code on the ranks changed the grader's own)") from None
+
+
+# ----- what a submission's ranks send back -------------------------------------------------------------
+# labutils pickles every message between a rank and its caller (results, exceptions, its wire
+# frames): unpickled with pickle's full powers, bytes crafted by code on a rank would run code here,
+# in the judge. While a submission's ranks run, the judge unpickles their messages with an
+# unpickler that can rebuild builtin values and the judge's own exception, nothing else.
+
+#: (module, name) of the only classes a message from a submission's ranks may rebuild.
+SAFE_GLOBALS = frozenset({("judge.rankside", "StudentCodeFailed")})
+
+
+class _RankMessageUnpickler(pickle.Unpickler):
+    def find_class(self, module, name):
+        if (module, name) in SAFE_GLOBALS:
+            return super().find_class(module, name)
+        raise pickle.UnpicklingError(f"{module}.{name} may not be rebuilt from what a submission's ranks send")
+
+
+def _restricted_loads(data, /, *, fix_imports=True, encoding="ASCII", errors="strict", buffers=()):
+    return _RankMessageUnpickler(io.BytesIO(data), fix_imports=fix_imports, encoding=encoding, errors=errors,
+                                 buffers=buffers).load()
+
+
+@contextmanager
+def restricted_unpickling():
+    """Within the block, ``pickle.loads`` (and cloudpickle's, the same function, which labutils
+    calls through the module) rebuilds builtin values and ``SAFE_GLOBALS`` only. An exception it
+    refuses reaches the caller as labutils' ``RankError``, with the rank's message as text."""
+    import cloudpickle
+
+    owners = [(pickle, "loads"), (cloudpickle, "loads"), (getattr(cloudpickle, "cloudpickle", None), "loads")]
+    saved = [(owner, name, getattr(owner, name)) for owner, name in owners if hasattr(owner, name)]
+    for owner, name, _ in saved:
+        setattr(owner, name, _restricted_loads)
+    try:
+        yield
+    finally:
+        for owner, name, original in saved:
+            setattr(owner, name, original)
+
+
+def merge(reference: list, student: list) -> list:
+    """Per rank {"reference": [...], "student": [...]}, what ``compare`` reads."""
+    return [{"reference": r["reference"], "student": s["student"]} for r, s in zip(reference, student)]
 
 
 def decode(item) -> dict:
@@ -189,7 +268,10 @@ def _case_problem(expected_by_rank: list, student: list, reference: list) -> str
             if problem:
                 return f"gradient of {path} on rank {rank} {problem}"
         for label, expected_value in want.get("values", {}).items():  # named measurements of a lab's test
-            problem = _mismatch(got.get("values", {}).get(label), expected_value)
+            got_value = got.get("values", {}).get(label)
+            if isinstance(got_value, str):  # could not be measured; the string says why
+                return f"{label} on rank {rank}: {got_value}"
+            problem = _mismatch(got_value, expected_value)
             if problem:
                 return f"{label} on rank {rank} {problem}"
     for rank, (got, ref) in enumerate(zip(student, reference)):
@@ -210,16 +292,20 @@ def _expected_by_rank(spec: TestSpec, case: Case) -> list:
 
 
 def compare(test: str, spec: TestSpec, cases: list, results: list) -> Verdict:
-    """The verdict on the decoded per-rank results of ``rankside.run_on_rank`` for ``cases``."""
+    """The verdict on the per-rank results of ``merge(launch_reference(...), launch_submission(...))``."""
     lines, failures = [], 0
     for index, case in enumerate(cases):
         expected = _expected_by_rank(spec, case)
         reference = [r["reference"][index] for r in results]
+        student_results = [r["student"][index] for r in results]
+        if spec.measure is not None:
+            spec.measure(case, reference)
+            spec.measure(case, student_results)
         reference_problem = _case_problem(expected, reference, reference)
         if reference_problem:
             return Verdict(test, spec.title, False, [f"✗ judge error in {case.name}: the reference {reference_problem}"],
                            judge_error=True)
-        problem = _case_problem(expected, [r["student"][index] for r in results], reference)
+        problem = _case_problem(expected, student_results, reference)
         if problem:
             failures += 1
             if failures <= MAX_LISTED_FAILURES:

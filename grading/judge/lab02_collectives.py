@@ -13,11 +13,13 @@ ones, so each part is graded on its own.
 from __future__ import annotations
 
 import math
+import time
 
 import torch
+import torch.distributed as dist
 
 from judge.engine import Case, TestSpec
-from judge.rankside import SubmissionProblem
+from judge.rankside import SubmissionProblem, substitute
 from reference import collectives
 
 WORLD_SIZE = 4
@@ -127,7 +129,8 @@ def _basics_run(objects, case, run):
     if kind == "neighbours":
         right, left = objects["ring_neighbours"](run.group)
         return _result(run, torch.tensor([int(right), int(left)], dtype=torch.float64))
-    right, left = collectives.ring_neighbours(run.group)
+    right = dist.get_global_rank(run.group, (run.tp_rank + 1) % run.tp_size)  # the judge's own, not the reference's
+    left = dist.get_global_rank(run.group, (run.tp_rank - 1) % run.tp_size)
     mine = run.tensor("x")[run.tp_rank].contiguous()
     received = torch.full_like(mine, 99)
     with run.phase("forward"):
@@ -239,6 +242,9 @@ def _bandwidth_run(objects, case, run):
 
 _MEASURE = ((1000, "float32"), (999, "bfloat16"))
 _ITERS, _WARMUP = 3, 1
+#: iters x time_s must cover at least this share of the timed calls' own durations (1 for a timer around
+#: the loop or around each call; below 1 for rounding only): a made-up time fails.
+_MIN_COVERED = 0.9
 
 
 def _measure_cases(generator):
@@ -253,15 +259,46 @@ def _measure_expected(case, data):
             for _ in range(case.tp_size)]
 
 
+def _timed(ring_all_reduce, spans: list):
+    """``ring_all_reduce`` that notes the (start, end) host time of every call in ``spans``."""
+    def timed_ring_all_reduce(tensor, group):
+        start = time.perf_counter()
+        try:
+            return ring_all_reduce(tensor, group)
+        finally:
+            spans.append((start, time.perf_counter()))
+    return timed_ring_all_reduce
+
+
+def _check_own_timing(time_s: float, spans: list, returned_at: float) -> None:
+    """The submission's time_s must come from timing its own ``iters`` calls: iters x time_s covers at
+    least the timed calls as the judge saw them, and at most from the end of the warm-up to the return."""
+    if len(spans) != _WARMUP + _ITERS:
+        raise SubmissionProblem(f"measure_ring_all_reduce called ring_all_reduce {len(spans)} times, expected "
+                                f"warmup + iters = {_WARMUP + _ITERS} (call it by that name)")
+    least = _MIN_COVERED * sum(end - start for start, end in spans[_WARMUP:])
+    most = returned_at - (spans[_WARMUP - 1][1] if _WARMUP else spans[0][0])
+    if not least <= time_s * _ITERS <= most:
+        raise SubmissionProblem(f"measure_ring_all_reduce returned time_s={time_s:.3g} s, but its {_ITERS} timed calls "
+                                f"took {least / _MIN_COVERED / _ITERS:.3g} s each: time the calls after the warm-up")
+
+
 def _measure_run(objects, case, run):
     p = case.params
     dtype = _DTYPES[p["dtype"]]
+    spans: list = []
+    own = objects is not REFERENCE  # the reference needs no check of its timing (and is not substituted)
+    if own:
+        substitute(objects, {"ring_all_reduce": _timed(REFERENCE["ring_all_reduce"], spans)})
     with run.phase("forward"):
         time_s, algbw, busbw = objects["measure_ring_all_reduce"](p["numel"], dtype, _ITERS, _WARMUP, run.group)
+        returned_at = time.perf_counter()
     time_s, algbw, busbw = float(time_s), float(algbw), float(busbw)
     if not (math.isfinite(time_s) and time_s > 0 and algbw > 0):
         raise SubmissionProblem(f"measure_ring_all_reduce returned time_s={time_s:.3g}, algbw={algbw:.3g}: "
                                 "both must be positive")
+    if own:
+        _check_own_timing(time_s, spans, returned_at)
     size_bytes = p["numel"] * torch.empty(0, dtype=dtype).element_size()
     return _result(run, torch.tensor([algbw * time_s * 1e9 / size_bytes, busbw / algbw], dtype=torch.float64))
 

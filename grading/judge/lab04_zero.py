@@ -5,10 +5,10 @@ and {2, 3}, each with its own data), on parameter sets whose total size the grou
 not divide (38 and 11 elements: uneven shards). Each rank gets its own gradients at each of 3
 steps; after the steps every rank's parameters must equal ``torch.optim.Adam`` run here, in
 float64, on the unsharded parameters with the mean gradient. The optimizer's ``exp_avg`` and
-``exp_avg_sq`` must hold this rank's shard only (2 x its shard size elements), and the
-collectives of a step are counted against ``grading/reference/zero.py`` (``all_gather`` and
-``all_gather_into_tensor`` count as one kind, so do the two reduce-scatters). Parts 2 and 3
-run with the reference shard range and Adam update.
+``exp_avg_sq`` must hold this rank's shard only (2 x its shard size elements, and the buffers
+behind them at most 2 ceil(Psi / N)), and the collectives of a step are counted against
+``grading/reference/zero.py`` (``all_gather`` and ``all_gather_into_tensor`` count as one kind,
+so do the two reduce-scatters). Parts 2 and 3 run with the reference shard range and Adam update.
 """
 from __future__ import annotations
 
@@ -131,10 +131,21 @@ def _zero_expected(case, data):
     return per_rank
 
 
-def _state_elements(optimizer) -> torch.Tensor:
+def _state_elements(optimizer, numel: int, size: int) -> torch.Tensor:
+    """Elements of exp_avg and exp_avg_sq; SubmissionProblem if the buffers behind them (views
+    included, a buffer they share counted once) hold more than two slots (2 ceil(Psi / N)): the
+    state of every parameter would still be held."""
+    slot = -(-numel // size)
+    held = {}
     for name in ("exp_avg", "exp_avg_sq"):
-        if not isinstance(getattr(optimizer, name, None), torch.Tensor):
+        state = getattr(optimizer, name, None)
+        if not isinstance(state, torch.Tensor):
             raise SubmissionProblem(f"the optimizer has no tensor attribute {name}: keep Adam's state there, flat")
+        storage = state.untyped_storage()
+        held[storage.data_ptr()] = storage.nbytes() // max(1, state.element_size())
+    if sum(held.values()) > 2 * slot:
+        raise SubmissionProblem(f"exp_avg and exp_avg_sq are views into buffers of {sum(held.values())} elements: "
+                                f"the rank holds state for more than its shard (at most 2 ceil(Psi / N) = {2 * slot})")
     return torch.tensor([float(optimizer.exp_avg.numel() + optimizer.exp_avg_sq.numel())], dtype=torch.float64)
 
 
@@ -149,7 +160,8 @@ def _zero_run(objects, case, run, stage: int):
         with run.phase("step"):
             optimizer.step()
     result = run.result(torch.cat([p.detach().reshape(-1) for p in params]), None)
-    result["values"] = {"optimizer state elements (exp_avg + exp_avg_sq)": _state_elements(optimizer)}
+    numel = sum(p.numel() for p in params)
+    result["values"] = {"optimizer state elements (exp_avg + exp_avg_sq)": _state_elements(optimizer, numel, run.tp_size)}
     result["comm"]["step"] = {_SAME_KIND.get(op, op): calls for op, calls in result["comm"]["step"].items()}
     return result
 

@@ -5,7 +5,10 @@ Each test runs on 4 ranks, as one pipeline of 4 stages and as two pipelines of 2
 4 Linear + tanh layers cut evenly into stages; the loss is the mean squared error of the whole
 batch. For every stage the judge checks its parameters' gradients against dense single-process
 backpropagation (float64), the last stage's loss, the peak number of microbatches in flight
-(m for GPipe; p - stage for 1F1B, at most m) and the sends and receives of the step
+(m for GPipe; p - stage for 1F1B, at most m) both as the submission counted it and as the
+judge measures it from the order of the stage's sends and receives, the bubble of the
+schedule the stages ran (that order replayed with ``labutils.schedules.simulate``, F = 1,
+B = 2: (p-1)/(m+p-1) for both schedules) and the sends and receives of the step
 (``send``/``isend`` counted as sends, ``recv``/``irecv`` as receives) against
 ``grading/reference/pipeline_parallel.py``. Part 2 runs with the submission's own StageP2P
 and PipelineStep: 1F1B is where a blocking send deadlocks, so they are part of what it tests.
@@ -13,7 +16,10 @@ and PipelineStep: 1F1B is where a blocking send deadlocks, so they are part of w
 from __future__ import annotations
 
 import torch
+import torch.distributed as dist
 import torch.nn as nn
+
+from labutils import commtrace, schedules
 
 from judge.engine import Case, TestSpec
 from judge.rankside import SubmissionProblem
@@ -25,6 +31,10 @@ NUM_LAYERS, HIDDEN, MICROBATCH = 4, 4, 2
 MICROBATCH_COUNTS = (3, 6)  # m < p = 4 too: 1F1B then holds at most m
 
 REFERENCE = {"run_gpipe": pp.run_gpipe, "run_1f1b": pp.run_1f1b}
+PEAK = "peak microbatches in flight (as you counted them)"
+MEASURED_PEAK = "peak microbatches in flight (measured from the order of your sends and receives)"
+BUBBLE = "bubble of the schedule your stages ran (their order replayed with F = 1, B = 2)"
+LOSS = "loss returned by the last stage"
 
 
 def _layout(size: int) -> str:
@@ -71,9 +81,12 @@ def _expected(case, data, peak):
         for local in range(per_stage):
             layer = stage * per_stage + local
             grads[f"{2 * local}.weight"], grads[f"{2 * local}.bias"] = weights.grad[layer], biases.grad[layer]
-        values = {"peak microbatches in flight": torch.tensor([float(peak(case, stage))], dtype=torch.float64)}
+        p, m = case.tp_size, case.params["m"]
+        values = {PEAK: torch.tensor([float(peak(case, stage))], dtype=torch.float64),
+                  MEASURED_PEAK: torch.tensor([float(peak(case, stage))], dtype=torch.float64),
+                  BUBBLE: torch.tensor([(p - 1) / (m + p - 1)], dtype=torch.float64)}  # reference.md, both schedules
         if stage == case.tp_size - 1:
-            values["loss returned by the last stage"] = loss.detach().reshape(1)
+            values[LOSS] = loss.detach().reshape(1)
         expected.append({"grads": grads, "values": values})
     return expected
 
@@ -94,6 +107,54 @@ def _messages(calls: dict) -> dict:
     return merged
 
 
+def _stage_order(trace, run) -> torch.Tensor:
+    """What this stage ran, in order, read off its messages with one neighbour: +1 a forward, -1 a backward.
+
+    A stage that is not the last ends each forward by sending its activation to stage s + 1 and
+    starts each backward by receiving its gradient from s + 1; the last stage starts each forward
+    by receiving from s - 1 and ends each backward by sending the gradient back to s - 1.
+    """
+    last = run.tp_rank == run.tp_size - 1
+    neighbour = dist.get_global_rank(run.group, run.tp_rank - 1 if last else run.tp_rank + 1)
+    order = []
+    for record in trace:
+        if record.peer != neighbour:
+            continue
+        if record.op in ("send", "isend"):
+            order.append(-1.0 if last else 1.0)
+        elif record.op in ("recv", "irecv"):
+            order.append(1.0 if last else -1.0)
+    return torch.tensor(order, dtype=torch.float64)
+
+
+def _peak_of(order: torch.Tensor) -> float:
+    """Most forwards done whose backward has not started, over the stage's order."""
+    return float(max(0.0, order.cumsum(0).max().item())) if order.numel() else 0.0
+
+
+def _measure(case, results) -> None:
+    """Replay every pipeline's measured orders in simulated time; its bubble into each stage's values."""
+    p = case.tp_size
+    for first in range(0, len(results), p):
+        stages = results[first:first + p]
+        try:
+            plan = []
+            for result in stages:
+                counts, actions = {"F": 0, "B": 0}, []
+                for step in result["order"].tolist():
+                    kind = "F" if step > 0 else "B"
+                    actions.append(schedules.Action(kind, counts[kind]))
+                    counts[kind] += 1
+                plan.append(actions)
+            bubble = torch.tensor([schedules.simulate(plan, t_forward=1.0, t_backward=2.0).bubble_fraction()],
+                                  dtype=torch.float64)
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            bubble = f"could not be replayed from the order of the sends and receives ({str(exc)[:150]})"
+        for result in stages:
+            if isinstance(result, dict) and isinstance(result.setdefault("values", {}), dict):
+                result["values"][BUBBLE] = bubble
+
+
 def _run(objects, case, run, name: str):
     per_stage = NUM_LAYERS // run.tp_size
     module = _stage_module(per_stage).to(run.device)
@@ -102,7 +163,7 @@ def _run(objects, case, run, name: str):
                       ((f"{2 * local}.weight", weights[run.tp_rank * per_stage + local]),
                        (f"{2 * local}.bias", biases[run.tp_rank * per_stage + local]))})
     inputs, targets = list(run.tensor("inputs")), list(run.tensor("targets"))
-    with run.phase("step"):
+    with run.phase("step"), commtrace.record() as trace:
         returned = objects[name](module, inputs, targets, run.group)
     try:
         loss, peak, _ = returned
@@ -110,12 +171,19 @@ def _run(objects, case, run, name: str):
         raise SubmissionProblem(f"{name} returned {type(returned).__name__}, "
                                 "expected (loss or None, peak, actions)") from None
     result = run.result(None, None)
-    result["values"] = {"peak microbatches in flight": torch.tensor([float(peak)], dtype=torch.float64)}
+    try:
+        counted = float(peak)
+    except (TypeError, ValueError):
+        raise SubmissionProblem(f"{name} returned {type(peak).__name__} as the peak in flight, expected a number") from None
+    order = _stage_order(trace, run)
+    result["order"] = order
+    result["values"] = {PEAK: torch.tensor([counted], dtype=torch.float64),
+                        MEASURED_PEAK: torch.tensor([_peak_of(order)], dtype=torch.float64)}
     if run.tp_rank == run.tp_size - 1:
         if not isinstance(loss, torch.Tensor):
             raise SubmissionProblem(f"{name} returned a {type(loss).__name__} as the last stage's loss, "
                                     "expected a tensor")
-        result["values"]["loss returned by the last stage"] = loss.detach().to("cpu", torch.float64).reshape(-1)
+        result["values"][LOSS] = loss.detach().to("cpu", torch.float64).reshape(-1)
     result["comm"]["step"] = _messages(result["comm"]["step"])
     return result
 
@@ -138,6 +206,8 @@ def _1f1b_cases(generator):
 
 #: grade_id of the hidden-test cell -> its test.
 TESTS = {
-    "test_gpipe": TestSpec("Part 1: GPipe", ("run_gpipe",), (), _gpipe_cases, _gpipe_expected, _gpipe_run, WORLD_SIZE),
-    "test_1f1b": TestSpec("Part 2: 1F1B", ("run_1f1b",), (), _1f1b_cases, _1f1b_expected, _1f1b_run, WORLD_SIZE),
+    "test_gpipe": TestSpec("Part 1: GPipe", ("run_gpipe",), (), _gpipe_cases, _gpipe_expected, _gpipe_run, WORLD_SIZE,
+                           measure=_measure),
+    "test_1f1b": TestSpec("Part 2: 1F1B", ("run_1f1b",), (), _1f1b_cases, _1f1b_expected, _1f1b_run, WORLD_SIZE,
+                          measure=_measure),
 }

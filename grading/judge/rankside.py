@@ -1,11 +1,15 @@
-"""The judge's code on a rank: reference first, then the submission, raw tensors back.
+"""The judge's code on the ranks: the reference and the submission, each in launches of its own.
 
-``run_on_rank`` runs on every rank of a fresh ``labutils.launch``. Order matters: the lab's
-test spec and the reference kernels are imported when this function is unpickled, the
-reference runs every case (its results and communication pattern are what the submission
-is compared with), and only then is the submission's blob unpickled and run. What goes back
-to the judge is ``torch.save`` bytes holding plain tensors, strings and counts; an error in
-submission code comes back as ``StudentCodeFailed`` carrying text only.
+``run_reference`` runs the lab's reference kernels on every case of a test (their results
+and communication pattern are what the submission is compared with); ``run_submission``
+runs the submission on the same cases, in a *separate* ``labutils.launch``, so that no
+reference result ever exists in a process where submission code runs (code that walks up
+the stack to the judge's frames finds nothing to copy). Before the submission's blob is
+unpickled, ``disarm`` turns the grader's own answers for the test (the reference objects
+not lent to it as substitutes) and every test's expected-value function into stubs that
+raise, so that a submission that looks them up at run time (``sys.modules``) fails.
+What goes back to the judge is ``torch.save`` bytes holding plain tensors, strings and
+counts; an error in submission code comes back as ``StudentCodeFailed`` carrying text only.
 """
 from __future__ import annotations
 
@@ -234,15 +238,90 @@ def substitute(objects: dict, replacements: dict) -> None:
                 namespace[name] = replacement
 
 
-def run_on_rank(lab: str, test: str, cases: list, blob: bytes, sources: dict) -> bytes:
-    """Run ``test`` of ``lab``: reference, then submission; return torch.save bytes."""
-    module = importlib.import_module(f"judge.{lab}")
-    spec = module.TESTS[test]
-    groups = _tp_groups(spec.world_size, sorted({case.tp_size for case in cases}))
+def _groups_for(spec, cases) -> dict:
+    return _tp_groups(spec.world_size, sorted({case.tp_size for case in cases}))
+
+
+def _as_bytes(payload: dict) -> bytes:
+    buffer = io.BytesIO()
+    torch.save(payload, buffer)
+    return buffer.getvalue()
+
+
+def run_reference(lab: str, test: str, cases: list) -> bytes:
+    """Run the reference kernels of ``test`` on every case; torch.save bytes of {"reference": [...]}.
+    No submission code runs in this launch; a failure here is the judge's (``JudgeFailed``)."""
     try:
+        module = importlib.import_module(f"judge.{lab}")
+        spec = module.TESTS[test]
+        groups = _groups_for(spec, cases)
         reference = [_run_case(spec, module.REFERENCE, case, groups) for case in cases]
     except BaseException as exc:
         raise JudgeFailed("".join(traceback.format_exception(exc))[-2000:]) from None
+    return _as_bytes({"reference": reference})
+
+
+# ----- the grader's own code, made unusable where submission code runs ---------------------------
+
+def _stub_code(label: str):
+    """A code object that raises instead of running (builtins only, no free variables: it can
+    replace the code of any function without a closure)."""
+    message = f"your code called the grader's own {label}: write your own"
+    source = f"def disarmed(*args, **kwargs):\n    raise RuntimeError({message!r})\n"
+    namespace: dict = {}
+    exec(compile(source, "<grader>", "exec"), {"__builtins__": __builtins__}, namespace)
+    return namespace["disarmed"].__code__
+
+
+def _functions_of(obj) -> list:
+    """(owner, attribute name, plain function) for ``obj`` (a function) or every method of ``obj``
+    (a class: its own methods, static and class methods, property accessors)."""
+    if not isinstance(obj, type):
+        return [(None, None, obj)] if hasattr(obj, "__code__") else []
+    found = []
+    for name, attr in vars(obj).items():
+        if isinstance(attr, property):
+            found += [(None, None, f) for f in (attr.fget, attr.fset, attr.fdel) if f is not None]
+            continue
+        function = getattr(attr, "__func__", attr)
+        if hasattr(function, "__code__") and getattr(function, "__module__", None) == obj.__module__:
+            found.append((obj, name, function))
+    return found
+
+
+def _raiser(label: str):
+    def raiser(*args, **kwargs):
+        raise RuntimeError(f"your code called the grader's own {label}: write your own")
+    return raiser
+
+
+def disarm(module, spec) -> list:
+    """Replace, in this process, the body of every reference object of ``module`` that ``spec``
+    grades (the lab's answers: everything in ``REFERENCE`` but the substitutes) and of every
+    test's ``expected`` function with a stub that raises. Returns the labels disarmed."""
+    substitutes = {id(module.REFERENCE[name]) for name in spec.substitutes}
+    targets = [(name, obj) for name, obj in module.REFERENCE.items()
+               if name not in spec.substitutes and id(obj) not in substitutes]
+    targets += [(f"expected results of {test}", other.expected) for test, other in module.TESTS.items()]
+    disarmed = []
+    for label, obj in targets:
+        for owner, name, function in _functions_of(obj):
+            if function.__code__.co_freevars:  # a closure: its code cannot be swapped; hide it instead
+                if owner is not None:
+                    setattr(owner, name, _raiser(label))
+                continue
+            function.__code__ = _stub_code(label)
+        disarmed.append(label)
+    return disarmed
+
+
+def run_submission(lab: str, test: str, cases: list, blob: bytes, sources: dict) -> bytes:
+    """Run the submission's objects (``blob``) on every case of ``test``; torch.save bytes of
+    {"student": [...]}. The grader's answers are disarmed before the blob is unpickled."""
+    module = importlib.import_module(f"judge.{lab}")
+    spec = module.TESTS[test]
+    groups = _groups_for(spec, cases)
+    disarm(module, spec)
     # Only from here on does submission code exist in this process.
     import cloudpickle
 
@@ -260,6 +339,4 @@ def run_on_rank(lab: str, test: str, cases: list, blob: bytes, sources: dict) ->
             student.append(_run_case(spec, objects, case, groups))
         except BaseException as exc:
             raise StudentCodeFailed(f"{case.name}: {describe_exception(exc, sources)}") from None
-    buffer = io.BytesIO()
-    torch.save({"reference": reference, "student": student}, buffer)
-    return buffer.getvalue()
+    return _as_bytes({"student": student})
