@@ -55,14 +55,14 @@ def test_console_script_and_ci_entry_point():
 
 def _make_dry_run(target: str, tmp_path, uid: str = None) -> list[str]:
     """The commands ``make TARGET`` would run with a fresh .venv (``make -n``; nothing runs)."""
-    env = dict(os.environ)
+    env = {key: value for key, value in os.environ.items() if key not in ("MAKELEVEL", "MAKEFLAGS", "MFLAGS")}
     if uid is not None:  # a stand-in `id` that reports this uid
         fake = tmp_path / "bin"
         fake.mkdir(exist_ok=True)
         (fake / "id").write_text(f"#!/bin/sh\necho {uid}\n")
         (fake / "id").chmod(0o755)
         env["PATH"] = f"{fake}{os.pathsep}{env['PATH']}"
-    out = subprocess.run(["make", "-n", target, f"VENV={tmp_path / 'venv'}"], cwd=ROOT, env=env,
+    out = subprocess.run(["make", "-n", "--no-print-directory", target, f"VENV={tmp_path / 'venv'}"], cwd=ROOT, env=env,
                          capture_output=True, text=True, check=True)
     return out.stdout.splitlines()
 
