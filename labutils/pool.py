@@ -610,7 +610,7 @@ class Pool:
                 exc.add_note(f"[labutils] rank {other} then raised {m[4].removeprefix('builtins.')}: {m[5][:200]}")
             if restarted:
                 exc.add_note("[labutils] the other ranks were stopped; the pool starts fresh ranks on its next call")
-        raise exc  # a rank's error, re-raised in your kernel: that rank's own traceback is shown above
+        raise exc  # the rank's traceback travels as exc.__cause__ (a RemoteTraceback), shown above this frame
 
     def _fail_timeout(self, ranks: list[int], doing: str) -> None:
         __tracebackhide__ = True

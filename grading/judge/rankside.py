@@ -263,11 +263,14 @@ def run_reference(lab: str, test: str, cases: list) -> bytes:
 
 # ----- the grader's own code, made unusable where submission code runs ---------------------------
 
+def _disarmed_message(label: str) -> str:
+    return f"your code called the grader's own {label}: write your own"
+
+
 def _stub_code(label: str):
     """A code object that raises instead of running (builtins only, no free variables: it can
     replace the code of any function without a closure)."""
-    message = f"your code called the grader's own {label}: write your own"
-    source = f"def disarmed(*args, **kwargs):\n    raise RuntimeError({message!r})\n"
+    source = f"def disarmed(*args, **kwargs):\n    raise RuntimeError({_disarmed_message(label)!r})\n"
     namespace: dict = {}
     exec(compile(source, "<grader>", "exec"), {"__builtins__": __builtins__}, namespace)
     return namespace["disarmed"].__code__
@@ -291,7 +294,7 @@ def _functions_of(obj) -> list:
 
 def _raiser(label: str):
     def raiser(*args, **kwargs):
-        raise RuntimeError(f"your code called the grader's own {label}: write your own")
+        raise RuntimeError(_disarmed_message(label))
     return raiser
 
 
