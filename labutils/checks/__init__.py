@@ -1,0 +1,15 @@
+"""Self-checks for the chapters' exercises and the labs' visible tests: one call each.
+
+A chapter's exercise cell ends with one call such as ``check.busbw(answer_1)`` that prints a
+one-line verdict (correct, a named mistake, or "not answered yet"); a lab's visible test
+raises :class:`CheckFailed` with one line saying what differs on which rank. The checks live
+here, tested once, so a notebook cell shows the student's answer and not the solution; read
+one with ``??`` to see how it judges.
+
+One module per topic; a notebook imports the one it needs::
+
+    from labutils.checks import collectives as check
+"""
+from labutils.checks.base import CheckFailed
+
+__all__ = ["CheckFailed"]
