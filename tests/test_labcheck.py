@@ -1,0 +1,94 @@
+"""`labutils check LAB.ipynb`: one line per graded part, from the visible checks, as the grader runs them."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from labutils.cli import main as labutils_main
+
+ROOT = Path(__file__).resolve().parents[1]
+LABS = sorted(p.name for p in (ROOT / "solutions").iterdir() if p.is_dir())
+
+
+def _notebook(folder: str, lab: str) -> Path:
+    return next((ROOT / folder / lab).glob("*.ipynb"))
+
+
+def _check(path: Path, capsys) -> tuple[int, list[str]]:
+    status = labutils_main(["check", str(path), "--timeout", "240"])
+    out = capsys.readouterr()
+    return status, out.out.splitlines() + out.err.splitlines()
+
+
+def _part_lines(lines: list[str]) -> list[str]:
+    return [line.strip() for line in lines if line.startswith("  ")]
+
+
+def test_an_untouched_lab_fails_with_every_part_not_attempted(capsys):
+    status, lines = _check(_notebook("labs", "lab01_tensor_parallel"), capsys)
+    parts = _part_lines(lines)
+    assert status == 1
+    assert len(parts) == 5 and all(line.startswith("not attempted") for line in parts), lines
+    assert "0 of 5 parts pass their visible checks" in "\n".join(lines)
+
+
+def _with_answer(lab: str, grade_id: str, source: str, tmp_path: Path) -> Path:
+    """The released lab with one answer cell replaced by ``source``, written to tmp_path."""
+    notebook = json.loads(_notebook("labs", lab).read_text())
+    cells = [c for c in notebook["cells"] if c["metadata"].get("nbgrader", {}).get("grade_id") == grade_id]
+    assert len(cells) == 1, grade_id
+    cells[0]["source"] = source
+    path = tmp_path / f"{lab}.ipynb"
+    path.write_text(json.dumps(notebook))
+    return path
+
+
+def _solution_source(lab: str, grade_id: str) -> str:
+    notebook = json.loads(_notebook("solutions", lab).read_text())
+    cell = next(c for c in notebook["cells"] if c["metadata"].get("nbgrader", {}).get("grade_id") == grade_id)
+    return "".join(line for line in "".join(cell["source"]).splitlines(keepends=True) if "### " not in line)
+
+
+def test_one_part_written_passes_and_the_others_are_not_attempted(tmp_path, capsys):
+    path = _with_answer("lab02_collectives", "ring_basics", _solution_source("lab02_collectives", "ring_basics"), tmp_path)
+    status, lines = _check(path, capsys)
+    parts = _part_lines(lines)
+    assert status == 1
+    assert parts[0].startswith("passed") and "Part 1 (3 points)" in parts[0], parts
+    assert all(line.startswith(("not attempted", "failed")) for line in parts[1:]), parts
+
+
+def test_a_wrong_answer_fails_with_the_check_message(tmp_path, capsys):
+    wrong = _solution_source("lab02_collectives", "ring_basics").replace(
+        "stop = start + base + (1 if index < extra else 0)", "stop = start + base")
+    assert wrong != _solution_source("lab02_collectives", "ring_basics")
+    status, lines = _check(_with_answer("lab02_collectives", "ring_basics", wrong, tmp_path), capsys)
+    first = _part_lines(lines)[0]
+    assert status == 1
+    assert first.startswith("failed") and "Part 1" in first and "CheckFailed" in first, first
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("lab", LABS)
+def test_every_solution_passes_every_visible_check(lab, capsys):
+    status, lines = _check(_notebook("solutions", lab), capsys)
+    assert status == 0, "\n".join(lines)
+    assert all(line.startswith("passed") for line in _part_lines(lines)), lines
+
+
+def test_bad_input_is_one_clear_line(tmp_path, capsys):
+    chapter = ROOT / "notebooks" / "05_collectives.ipynb"
+    foreign = tmp_path / "other_course.ipynb"
+    foreign.write_text(json.dumps({"cells": [{"cell_type": "code", "metadata": {"nbgrader": {
+        "grade": True, "grade_id": "t", "points": 1}}, "source": "assert 1 + 1 == 2", "outputs": []}],
+        "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
+    text = tmp_path / "notes.ipynb"
+    text.write_text("not json")
+    cases = {tmp_path / "missing.ipynb": "no such notebook", chapter: "is not a graded lab",
+             foreign: "from another course", text: "is not a Jupyter notebook"}
+    for path, message in cases.items():
+        assert labutils_main(["check", str(path)]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and message in err[0], err
