@@ -1,0 +1,63 @@
+"""JupyterHub configuration of the course on a shared node (``course hub`` starts it).
+
+Reads ``COURSE_HUB_CONFIG`` (a TOML file, default ``grading/hub/course_hub.toml``) for the
+roster, the exchange folder and the GPU policy; ``COURSE_HUB_PYTHON`` is the Python of the
+course environment that every server runs. Each student's server gets
+``CUDA_VISIBLE_DEVICES`` from ``grading.hub.gpus`` and the configuration in
+``grading/hub/student_config`` (nbgrader's exchange, Validate on every cell, no instructors'
+panels); instructors get ``grading/hub/instructor_config`` and every GPU.
+"""
+import os
+import tomllib
+from pathlib import Path
+
+from grading.hub import gpus
+
+hub_dir = Path(gpus.__file__).resolve().parent
+settings = tomllib.loads(Path(os.environ["COURSE_HUB_CONFIG"]).read_text())
+state_dir = Path(os.environ["COURSE_HUB_STATE"])
+node = gpus.discover()
+roster = list(settings["students"])
+
+c = get_config()  # noqa: F821 (defined by traitlets when it loads this file)
+c.JupyterHub.ip = settings.get("ip", "127.0.0.1")
+c.JupyterHub.port = int(settings.get("port", 8000))
+c.JupyterHub.hub_port = int(settings.get("hub_api_port", c.JupyterHub.port + 1))
+c.ConfigurableHTTPProxy.api_url = f"http://127.0.0.1:{int(settings.get('proxy_api_port', c.JupyterHub.port + 2))}"
+c.JupyterHub.cookie_secret_file = str(state_dir / "jupyterhub_cookie_secret")
+c.JupyterHub.db_url = f"sqlite:///{state_dir / 'jupyterhub.sqlite'}"
+c.JupyterHub.pid_file = str(state_dir / "jupyterhub.pid")
+c.ConfigurableHTTPProxy.pid_file = str(state_dir / "proxy.pid")
+c.ConfigurableHTTPProxy.command = [os.environ["COURSE_HUB_PROXY"]]
+c.JupyterHub.authenticator_class = "pam"
+c.Authenticator.allowed_users = set(roster) | set(settings.get("instructors", []))
+c.Authenticator.admin_users = set(settings.get("instructors", []))
+c.Spawner.cmd = [os.environ["COURSE_HUB_PYTHON"], "-m", "jupyterhub.singleuser"]
+c.Spawner.default_url = "/lab"
+c.Spawner.http_timeout = 120
+c.Spawner.start_timeout = 120
+c.Spawner.environment = {
+    "COURSE_EXCHANGE": settings["exchange"],
+    "COURSE_ID": settings.get("course_id", "multigpu"),
+    "PATH": f"{Path(os.environ['COURSE_HUB_PYTHON']).parent}:/usr/local/bin:/usr/bin:/bin",
+}
+
+
+def configure_server(spawner):
+    """Instructors: their nbgrader configuration and every GPU. Students: theirs (no instructors'
+    panels, Validate on every cell) and the GPUs the policy gives them."""
+    name = spawner.user.name
+    role = "student" if name in roster else "instructor"
+    environment = {**spawner.environment, "JUPYTER_CONFIG_PATH": str(hub_dir / f"{role}_config")}
+    if role == "instructor":
+        spawner.environment = environment
+        return
+    policy = settings.get("gpus", {})
+    mask = gpus.visible_devices(policy.get("policy", "round_robin"), name, roster, node,
+                                int(policy.get("per_student", 1)))
+    spawner.environment = {**environment, "CUDA_VISIBLE_DEVICES": mask,
+                           "COURSE_GPU_POLICY": policy.get("policy", "round_robin")}
+    spawner.log.info("course: %s sees CUDA_VISIBLE_DEVICES=%r", name, mask)
+
+
+c.Spawner.pre_spawn_hook = configure_server
