@@ -68,8 +68,16 @@ def test_layout_follows_nccl_tests_buffer_sizes():
     assert cb.layout("reduce_scatter", 1024, 4, 4) == cb.Layout(size=1024, count=64, send_numel=256, recv_numel=64)
     assert cb.layout("all_to_all", 1024, 4, 4) == cb.Layout(size=1024, count=64, send_numel=256, recv_numel=256)
     assert cb.layout("broadcast", 1024, 4, 4).count == 256
-    # sizes round down to whole elements per rank
-    assert cb.layout("all_gather", 1024, 4, 3).size == 85 * 3 * 4
+    # each rank's share rounds down to whole 16-byte units, as NVIDIA/nccl-tests src/all_gather.cu
+    # (and reduce_scatter.cu, alltoall.cu) align the per-rank count: 256 / 3 = 85 -> 84 floats
+    assert cb.layout("all_gather", 1024, 4, 3) == cb.Layout(size=84 * 3 * 4, count=84, send_numel=84, recv_numel=252)
+    # 6 ranks, 1 MiB of float32: 262144 / 6 = 43690.67 -> 43688 floats (16-byte units), size = count x 6 x 4
+    for op in ("all_gather", "reduce_scatter", "all_to_all"):
+        lay = cb.layout(op, 2**20, 4, 6)
+        assert (lay.count, lay.size) == (43688, 43688 * 6 * 4)
+    # half: 8 elements per 16 bytes; 6 ranks at 96 B = 48 halves -> 8 per rank
+    assert cb.layout("all_gather", 96, 2, 6).count == 8 and cb.layout("all_gather", 95, 2, 6).count == 0
+    assert cb.layout("all_gather", 64, 8, 3).count == 2  # double: 2 elements per 16 bytes
     assert cb.layout("all_reduce", 10, 4, 2).size == 8
     assert cb.layout("all_gather", 8, 4, 4).count == 0
 
