@@ -37,7 +37,8 @@ def test_doctor_json_is_the_environment_dict():
     assert done.returncode == 0, done.stderr
     env = json.loads(done.stdout)
     assert set(env) == {
-        "python", "platform", "torch", "gpus", "topology", "topology_reason", "backend", "cpu", "packages"
+        "python", "platform", "torch", "gpus", "topology", "topology_reason", "cuda_probe", "backend", "cpu",
+        "packages",
     }
     assert env["python"]["version"] == ".".join(map(str, sys.version_info[:3]))
     assert env["backend"]["2"] == {"backend": "gloo", "device_type": "cpu", "reason": "gloo on CPU: no CUDA GPU visible"}
