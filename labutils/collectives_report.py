@@ -10,8 +10,8 @@ from labutils.collectives_layout import MODES, NCCL_TESTS_VERSION
 from labutils.costmodel import AlphaBetaFit
 
 #: what the fitted alpha of a torch.distributed benchmark holds besides the library's latency
-ALPHA_NOTE = ("alpha includes torch.distributed's per-call CPU cost (Python, dispatch, launch): at small "
-              "sizes it bounds the time, so it is above NCCL's own latency (nccl-tests -G, CUDA graphs, "
+ALPHA_NOTE = ("alpha includes torch.distributed's per-call CPU cost (Python, dispatch, launch), which bounds "
+              "the time at small sizes: it is above the library's own latency (nccl-tests -G, a CUDA graph, "
               "removes that cost)")
 
 

@@ -291,3 +291,59 @@ def test_stat_is_recorded(pool):
     assert [r["stat"] for r in records] == ["median", "median"]
     assert all(r["ip_time_us"] > 0 and r["ip_wrong"] == 0 for r in records)
     assert "time: median over iters" in cb.format_nccl_tests(records)
+
+
+def test_fit_says_alpha_includes_torchs_per_call_cost():
+    sizes = [1024, 65536, 2**20]
+    records = [_record(op="all_reduce", size=s, oop=None,
+                       ip=(costmodel.collective_time("all_reduce", "ring", s, 2, 30e-6, 1e-9) * 1e6, 0, 0, 0))
+               for s in sizes]
+    fit = cb.fit_alpha_beta(records)
+    assert isinstance(fit, costmodel.AlphaBetaFit) and fit.alpha == pytest.approx(30e-6)
+    assert fit.note == cb.ALPHA_NOTE and "per-call CPU cost" in str(fit) and "alpha = 30.00 us" in str(fit)
+    assert "nccl-tests -G" in cb.format_nccl_tests(records)
+
+
+def test_check_in_chunks_matches_the_whole_answer(monkeypatch):
+    import torch
+
+    from labutils import collectives_check as check
+
+    monkeypatch.setattr(check, "CHUNK_ELEMENTS", 7)  # many chunks, none aligned with the period of 4
+    for redop in cb.REDOPS:
+        for dtype in (torch.float32, torch.int8):
+            if redop == "avg" and not dtype.is_floating_point:
+                continue
+            table = check.reduction_table(redop, 6, dtype, "cpu")
+            inputs = torch.stack([check.summand(r, 50, torch.float64, "cpu", offset=13) for r in range(6)])
+            whole = {"sum": inputs.sum(0), "avg": inputs.mean(0), "prod": inputs.prod(0),
+                     "max": inputs.amax(0), "min": inputs.amin(0)}[redop]
+            got = check.reduced(table, 13, 50)
+            want = whole.to(torch.int64).to(dtype) if not dtype.is_floating_point else whole.to(dtype)
+            assert torch.equal(got, want), (redop, dtype)
+    target = torch.zeros(50)
+    check.fill(target, lambda start, length: check.pattern(start, length, torch.float32, "cpu"))
+    assert torch.equal(target, check.pattern(0, 50, torch.float32, "cpu"))
+    target[[3, 20, 49]] = -1.0
+    assert check.count_wrong(target, lambda start, length: check.pattern(start, length, torch.float32, "cpu")) == 3
+
+
+def test_in_place_only_ops_allocate_no_send_buffer():
+    import torch
+
+    from labutils.collectives_check import Case
+
+    for op in ("all_reduce", "broadcast"):
+        lay = cb.layout(op, 4096, 4, 8)
+        case = Case(op, lay, torch.float32, "sum", 0, 0, 8, torch.device("cpu"))
+        assert case.send is None and case.recv.numel() == 1024
+    gather = Case("all_gather", cb.layout("all_gather", 4096, 4, 8), torch.float32, "sum", 0, 0, 8,
+                  torch.device("cpu"))
+    assert gather.send.numel() == 128 and gather.recv.numel() == 1024
+
+
+def test_records_carry_every_ranks_peak_memory(pool):
+    records = pool.run(cb.run_collective_bench, "all_reduce", 1024, 4096, 4, iters=2)[0]
+    assert len(records[0]["peak_rss_bytes"]) == 2 and all(peak >= 0 for peak in records[0]["peak_rss_bytes"])
+    assert "# Peak host memory per rank (max RSS above the baseline after import" in cb.format_nccl_tests(records)
+    assert records[0]["warmup"] == cb.DEFAULT_WARMUP == 1
