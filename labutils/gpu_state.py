@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 
 from labutils.cuda_visible import ENV, visible_devices
-from labutils.nvml_devices import NoGpu, ask, nvml_session, read_gpu
+from labutils.nvml_devices import NoGpu, ask, open_nvml, read_gpu
 
 #: NVML's clock throttle (clock event) reason bits, nvml.h nvmlClocksThrottleReason*
 THROTTLE_REASONS = {
@@ -57,7 +57,7 @@ def _one_gpu(pynvml, index: int, cuda_ordinal: int) -> dict:
 def gpu_state() -> list[dict]:
     """Clocks, power, temperature and throttle reasons of each GPU CUDA may use here, in CUDA order."""
     try:
-        with nvml_session() as pynvml:
+        with open_nvml() as pynvml:
             count = ask(pynvml, "nvmlDeviceGetCount") or 0
             gpus = [read_gpu(pynvml, index, ask(pynvml, "nvmlDeviceGetHandleByIndex", index))
                     for index in range(count)]

@@ -40,7 +40,7 @@ from labutils.host_cpu import (
     pci_numa_node,
     sysfs_pci_address,
 )
-from labutils.nvml_devices import MigDevice, NoGpu, ask, cuda_version_text, nvml_session, read_gpu
+from labutils.nvml_devices import MigDevice, NoGpu, ask, cuda_version_text, open_nvml, read_gpu
 from labutils.topology import Topology, parse_topology
 
 __all__ = [
@@ -97,7 +97,7 @@ def gpu_report(sys_root: str | os.PathLike = "/") -> GpuReport:
     Never raises for a missing driver, library or GPU: ``reason`` says what is missing.
     """
     try:
-        with nvml_session() as pynvml:
+        with open_nvml() as pynvml:
             count = ask(pynvml, "nvmlDeviceGetCount") or 0
             if count == 0:
                 return GpuReport(reason="no GPU: NVML found no NVIDIA GPU")

@@ -35,7 +35,7 @@ class NvmlGpu:
 
 
 @contextmanager
-def nvml_session():
+def open_nvml():
     """pynvml, initialised; raises :class:`NoGpu` with a reason when NVML cannot be used."""
     try:
         import pynvml
@@ -114,7 +114,7 @@ def physical_gpus() -> tuple[list[NvmlGpu], int | None]:
 
     Raises :class:`NoGpu` when NVML cannot be used.
     """
-    with nvml_session() as pynvml:
+    with open_nvml() as pynvml:
         count = ask(pynvml, "nvmlDeviceGetCount") or 0
         gpus = []
         for index in range(count):
