@@ -1,7 +1,7 @@
 """Which physical GPUs a CUDA process gets, read from ``CUDA_VISIBLE_DEVICES`` the way CUDA reads it.
 
-The rule (CUDA C++ Programming Guide, "CUDA Environment Variables"; the same parsing as
-``torch.cuda._parse_visible_devices`` in pytorch/pytorch torch/cuda/__init__.py):
+The rule (CUDA C++ Programming Guide, "CUDA Environment Variables"; pytorch/pytorch
+torch/cuda/__init__.py, ``_parse_visible_devices``, reads the variable by the same rules):
 
 - the variable unset: every GPU, in NVML (PCI bus) order;
 - a comma-separated list of ordinals (``"4,5"``), of UUIDs (``"GPU-8932f937-..."``, a unique

@@ -24,7 +24,7 @@ import html
 import os
 import shutil
 import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from labutils.backend import visible_gpu_count
@@ -115,8 +115,6 @@ def gpu_report(sys_root: str | os.PathLike = "/") -> GpuReport:
 
 def _with_cuda_ordinals(gpus: list[GpuInfo]) -> tuple[GpuInfo, ...]:
     """The GPUs with ``cuda_ordinal`` (and the visible MIG device) set from ``CUDA_VISIBLE_DEVICES``."""
-    from dataclasses import replace
-
     visible = visible_devices(
         os.environ.get(ENV),
         [gpu.uuid or "" for gpu in gpus],
