@@ -170,7 +170,7 @@ def environment_text(env: dict | None = None) -> str:
             lines.extend(_gpu_lines(gpu))
     else:
         lines.append(f"GPUs        {gpus['reason']}")
-    probe = env["cuda_probe"]
+    probe = env.get("cuda_probe")
     if probe is not None:
         lines.append(f"CUDA probe  {'works' if probe['usable'] else 'fails'}: {probe['reason']}")
     topology = env["topology"] or [env["topology_reason"]]
@@ -195,14 +195,14 @@ def environment_text(env: dict | None = None) -> str:
 def _gpu_lines(gpu: dict) -> list[str]:
     """"  GPU4 [cuda:0] NVIDIA H100 ..." and one line per MIG device."""
     lines = [
-        f"  GPU{gpu['index']} [{gpu['cuda']}] {gpu['name']}, {hardware.memory_text(gpu['memory_total_bytes'])}, "
+        f"  GPU{gpu['index']} [{gpu.get('cuda', '?')}] {gpu['name']}, {hardware.memory_text(gpu['memory_total_bytes'])}, "
         f"compute capability {gpu['compute_capability']}, PCIe {gpu['pcie_max']}, NVLinks up {gpu['nvlinks_up']}, "
         f"NUMA node {gpu['numa_node']}, CPUs {gpu['cpus'] or '?'}"
-        + (f", MIG mode on ({len(gpu['mig_devices'])} MIG devices)" if gpu["mig_enabled"] else "")
+        + (f", MIG mode on ({len(gpu['mig_devices'])} MIG devices)" if gpu.get("mig_enabled") else "")
     ]
     lines.extend(
         f"    {mig['uuid']} [{mig['cuda']}] {mig['name'] or 'MIG device'}, {hardware.memory_text(mig['memory_total_bytes'])}"
-        for mig in gpu["mig_devices"]
+        for mig in gpu.get("mig_devices", ())
     )
     return lines
 

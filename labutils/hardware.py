@@ -41,13 +41,13 @@ from labutils.host_cpu import (
     sysfs_pci_address,
 )
 from labutils.nvml_devices import MigDevice, NoGpu, ask, cuda_version_text, open_nvml, read_gpu
-from labutils.topology import Topology, parse_topology
+from labutils.topology import Topology, format_cpu_list, parse_cpu_list, parse_topology
 
 __all__ = [
     "GB", "GiB", "CpuInfo", "GpuInfo", "GpuReport", "Inventory", "MigDevice", "NumaNode", "PeerAccess",
-    "cpu_info", "cpus_from_mask_words", "gpu_report", "inventory", "list_gpus", "live_topology",
-    "live_topology_and_reason", "memory_text", "numa_nodes", "pci_local_cpus", "pci_numa_node",
-    "peer_access", "sysfs_pci_address",
+    "cpu_info", "cpus_from_mask_words", "format_cpu_list", "gpu_report", "inventory", "list_gpus", "live_topology",
+    "live_topology_and_reason", "memory_text", "numa_nodes", "parse_cpu_list", "parse_topology",
+    "pci_local_cpus", "pci_numa_node", "peer_access", "sysfs_pci_address", "visible_gpu_count",
 ]
 
 _TOPO_TIMEOUT_S = 10.0
