@@ -126,8 +126,8 @@ def _total_over_ranks(value: int, device) -> int:
 def _time_mode(case: Case, mode: str, iters: int, how: str, stat: str = "mean", warmup: int = 1) -> float:
     """Seconds per call on this rank, combined over ranks (``how``).
 
-    ``warmup`` untimed calls (at least one), a barrier, then ``iters`` calls. "mean": the whole loop is timed
-    and divided by ``iters`` (nccl-tests). "median" / "min": each call is timed on its own,
+    ``warmup`` untimed calls, a barrier, then ``iters`` calls. "mean": the whole loop is
+    timed and divided by ``iters`` (nccl-tests). "median" / "min": each call is timed on its own,
     synchronising the device after each (on a GPU this removes the overlap between
     consecutive calls that the mean keeps), and the median or fastest is kept.
     """
@@ -136,7 +136,7 @@ def _time_mode(case: Case, mode: str, iters: int, how: str, stat: str = "mean", 
     import torch.distributed as dist
 
     run = case.call(mode)
-    for _ in range(max(1, warmup)):
+    for _ in range(warmup):
         run()
     _synchronize(case.device)
     dist.barrier()
