@@ -31,5 +31,11 @@ bench: $(STAMP)
 	$(BIN)/python -m pip install -q -e '.[bench]'
 	$(BIN)/python bench/launch.py
 
+# On a GPU node: GPU-marked tests, single-GPU benchmarks and NCCL all_reduce, appended as a dated
+# entry to docs/gpu-results.md. Without a GPU: one line, exit 0, nothing written.
+.PHONY: gpu-check
+gpu-check: $(STAMP)
+	@$(BIN)/python bench/gpu_checks.py
+
 clean-venv:
 	rm -rf $(VENV)

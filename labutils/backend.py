@@ -1,14 +1,20 @@
 """Which torch.distributed backend a launch uses, and why.
 
-``backend="auto"`` picks NCCL with one GPU per rank when at least ``world_size`` CUDA GPUs
-are visible, otherwise gloo on CPU. GPUs are counted through NVML (honouring
-``CUDA_VISIBLE_DEVICES``) so that deciding never initialises CUDA in the caller, and a
-kernel without torch imported stays light.
+``backend="auto"`` picks NCCL with one GPU per rank when at least ``world_size`` CUDA
+devices are visible and CUDA works, otherwise gloo on CPU. Devices are counted through NVML
+with ``CUDA_VISIBLE_DEVICES`` applied as CUDA applies it (:mod:`labutils.cuda_visible`), so
+deciding never initialises CUDA in the caller; whether CUDA works (the driver new enough for
+this torch, the GPUs initialisable) is probed once in a throwaway process
+(:func:`labutils.cuda_probe.cuda_health`) and the reason of a fall-back is in the choice.
 """
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+
+from labutils.cuda_probe import cuda_health
+from labutils.cuda_visible import ENV, VisibleDevice, visible_devices
+from labutils.nvml_devices import NoGpu, physical_gpus
 
 BACKENDS = ("auto", "gloo", "nccl")
 
@@ -26,53 +32,30 @@ class BackendChoice:
     reason: str
 
 
-def _nvml_gpu_count() -> int:
-    """Number of GPUs NVML reports (0 without a driver or without nvidia-ml-py)."""
+def visible_cuda_devices() -> list[VisibleDevice]:
+    """The CUDA devices this process may use, each tied to its physical GPU (NVML index).
+
+    ``CUDA_VISIBLE_DEVICES`` is applied as CUDA applies it (:mod:`labutils.cuda_visible`):
+    ordinals, ``GPU-`` UUIDs and ``MIG-`` UUIDs, a repeated device empties the list, the
+    first invalid entry ends it, and a process gets at most one MIG device. ``[]`` without
+    NVML (no driver, no nvidia-ml-py) or without GPUs.
+    """
     try:
-        import pynvml
-    except ImportError:
-        return 0
-    try:
-        pynvml.nvmlInit()
-    except Exception:  # NVMLError_LibraryNotFound / DriverNotLoaded on CPU machines
-        return 0
-    try:
-        return int(pynvml.nvmlDeviceGetCount())
-    except Exception:
-        return 0
-    finally:
-        try:
-            pynvml.nvmlShutdown()
-        except Exception:
-            pass
+        gpus, _ = physical_gpus()
+    except NoGpu:
+        return []
+    return visible_devices(
+        os.environ.get(ENV),
+        [gpu.uuid or "" for gpu in gpus],
+        [bool(gpu.mig_enabled) for gpu in gpus],
+        {mig.uuid: gpu.index for gpu in gpus for mig in gpu.mig_devices},
+    )
 
 
 def visible_gpu_count() -> int:
-    """CUDA GPUs this process may use: NVML's count restricted by ``CUDA_VISIBLE_DEVICES``.
-
-    An empty or ``-1``-prefixed ``CUDA_VISIBLE_DEVICES`` hides every GPU, as CUDA does.
-    """
-    physical = _nvml_gpu_count()
-    mask = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if physical == 0 or mask is None:
-        return physical
-    visible = 0
-    for item in mask.split(","):
-        item = item.strip()
-        if not item or item.startswith("-"):
-            break  # CUDA stops enumerating at the first invalid entry
-        if item.isdigit() and int(item) >= physical:
-            break
-        visible += 1
-    return visible
-
-
-def _torch_has_cuda_and_nccl() -> bool:
-    """Whether the installed torch is a CUDA build with NCCL (imports torch; call only with GPUs)."""
-    import torch
-    import torch.distributed as dist
-
-    return torch.version.cuda is not None and dist.is_nccl_available()
+    """CUDA devices this process may use (:func:`visible_cuda_devices`), counted without
+    initialising CUDA."""
+    return len(visible_cuda_devices())
 
 
 def choose_backend(backend: str, world_size: int, gpu_count: int | None = None) -> BackendChoice:
@@ -97,10 +80,11 @@ def choose_backend(backend: str, world_size: int, gpu_count: int | None = None) 
                 else f"backend='nccl' needs one GPU per rank and no CUDA GPU is visible here "
                 f"({world_size} ranks asked). Use backend='gloo' or backend='auto' to run on CPU."
             )
-        if not _torch_has_cuda_and_nccl():
+        health = cuda_health()
+        if not health.usable:
             raise BackendUnavailableError(
-                "backend='nccl' needs a CUDA build of torch with NCCL; this torch is a CPU build. "
-                "Install the CUDA build (pip install torch==2.13.0 on a GPU node) or use backend='gloo'."
+                f"backend='nccl' cannot run here: {health.reason}. Use backend='gloo' (CPU), "
+                "or backend='auto' to fall back to gloo."
             )
         return BackendChoice("nccl", "cuda", f"NCCL, one GPU per rank ({gpus} visible)")
     # auto
@@ -110,6 +94,7 @@ def choose_backend(backend: str, world_size: int, gpu_count: int | None = None) 
         return BackendChoice(
             "gloo", "cpu", f"gloo on CPU: {world_size} ranks asked but only {gpus} GPU(s) visible"
         )
-    if not _torch_has_cuda_and_nccl():
-        return BackendChoice("gloo", "cpu", "gloo on CPU: this torch is a CPU build (no NCCL)")
+    health = cuda_health()
+    if not health.usable:
+        return BackendChoice("gloo", "cpu", f"gloo on CPU: {health.reason}")
     return BackendChoice("nccl", "cuda", f"NCCL, one GPU per rank ({gpus} visible)")

@@ -7,8 +7,10 @@
         print(r)
     points = bench.op_throughput()                  # add / softmax / layernorm, for a roofline
 
-Every function warms up first, then times each iteration on its own: CUDA events on a
-GPU, ``time.perf_counter`` on the CPU. Results keep every sample (seconds) and report the
+Every function warms up first, then takes timing samples: on a GPU a batch of calls between
+one pair of CUDA events (long enough that launch cost does not count, the L2 cache flushed
+before each batch when the working set fits in it), on the CPU one call per sample with
+``time.perf_counter``. Results keep every sample (seconds) and report the
 median and the spread (min, max). Units: bytes, seconds, GB/s = 1e9 B/s, TFLOP/s =
 1e12 FLOP/s. The defaults are small on the CPU (each call well under 2 s on 2 cores) and
 large enough on a GPU to approach its peak. Collective benchmarks live in
@@ -16,6 +18,7 @@ large enough on a GPU to approach its peak. Collective benchmarks live in
 """
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from dataclasses import dataclass
@@ -85,9 +88,14 @@ def _check_counts(iters: int, warmup: int) -> None:
 
 @dataclass(frozen=True)
 class Timing:
-    """Per-iteration times of one operation, in seconds (``samples_s`` in the order measured)."""
+    """Per-call times of one operation, in seconds (``samples_s`` in the order measured).
+
+    On a GPU each sample is one batch of ``calls_per_sample`` calls between one pair of CUDA
+    events, divided by the number of calls; on the CPU each sample is one call.
+    """
 
     samples_s: tuple[float, ...]
+    calls_per_sample: int = 1
 
     @property
     def median_s(self) -> float:
@@ -107,27 +115,71 @@ class Timing:
         return (self.max_s - self.min_s) / self.median_s if self.median_s > 0 else 0.0
 
 
-def time_iterations(fn: Callable[[], object], device: torch.device, iters: int, warmup: int) -> Timing:
-    """Run ``fn`` ``warmup`` times, then time each of ``iters`` calls on ``device``.
+#: a timed batch lasts at least this long on a GPU: 200 x a kernel launch of about 5 us, so
+#: the launch cost and the event resolution (about 0.5 us) are below 1% of what is timed
+MIN_BATCH_S = 1e-3
+#: at most this many calls per batch (a very short op is still timed in reasonable time)
+MAX_CALLS_PER_BATCH = 1000
+#: L2 cache assumed when torch does not report it: 50 MB on an H100 SXM (NVIDIA H100 Tensor
+#: Core GPU datasheet / Hopper architecture whitepaper)
+DEFAULT_L2_BYTES = 50 * 2**20
 
-    On CUDA each call is bracketed by a pair of CUDA events on the current stream and the
-    device is synchronised once at the end (the events measure GPU time, not launch
-    time); on the CPU each call is timed with ``time.perf_counter``.
+
+def calls_per_batch(one_call_s: float, min_batch_s: float = MIN_BATCH_S,
+                    max_calls: int = MAX_CALLS_PER_BATCH) -> int:
+    """Calls to time between one pair of CUDA events so the batch lasts at least ``min_batch_s``."""
+    if one_call_s <= 0:
+        return max_calls
+    return max(1, min(max_calls, math.ceil(min_batch_s / one_call_s)))
+
+
+def l2_cache_bytes(device: torch.device) -> int:
+    """The GPU's L2 cache in bytes (``L2_cache_size`` of its properties; 50 MiB if not reported)."""
+    size = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", None)
+    return int(size) if size else DEFAULT_L2_BYTES
+
+
+def _cuda_batches(fn, device: torch.device, iters: int, working_set_bytes: int | None) -> Timing:
+    """``iters`` batches of ``fn`` between CUDA event pairs; L2 flushed before each batch when the
+    working set fits in it (otherwise the batch would read from cache, not from memory)."""
+    with torch.cuda.device(device):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda.synchronize()
+        start.record()
+        fn()
+        end.record()
+        torch.cuda.synchronize()
+        batch = calls_per_batch(start.elapsed_time(end) / 1e3)
+        l2 = l2_cache_bytes(device)
+        flush = (torch.empty(2 * l2, dtype=torch.uint8, device=device)
+                 if working_set_bytes is not None and working_set_bytes <= l2 else None)
+        samples = []
+        for _ in range(iters):
+            if flush is not None:
+                flush.zero_()  # evicts the working set from L2 (outside the timed events)
+            start.record()
+            for _ in range(batch):
+                fn()
+            end.record()
+            torch.cuda.synchronize()
+            samples.append(start.elapsed_time(end) / 1e3 / batch)  # ms -> s, per call
+        return Timing(tuple(samples), batch)
+
+
+def time_iterations(fn: Callable[[], object], device: torch.device, iters: int, warmup: int,
+                    working_set_bytes: int | None = None) -> Timing:
+    """Run ``fn`` ``warmup`` times, then take ``iters`` timing samples on ``device``.
+
+    On CUDA each sample is a batch of calls between one pair of CUDA events, long enough
+    (:func:`calls_per_batch`) that launch cost does not count, and the L2 cache is flushed
+    before each batch when ``working_set_bytes`` (bytes the op touches) would fit in it; on
+    the CPU each call is timed with ``time.perf_counter``.
     """
     _check_counts(iters, warmup)
     for _ in range(warmup):
         fn()
     if device.type == "cuda":
-        with torch.cuda.device(device):
-            torch.cuda.synchronize()
-            starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
-            ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
-            for start, end in zip(starts, ends):
-                start.record()
-                fn()
-                end.record()
-            torch.cuda.synchronize()
-            return Timing(tuple(s.elapsed_time(e) / 1e3 for s, e in zip(starts, ends)))  # ms -> s
+        return _cuda_batches(fn, device, iters, working_set_bytes)
     samples = []
     for _ in range(iters):
         t0 = time.perf_counter()
@@ -180,7 +232,7 @@ def memcpy_bandwidth(nbytes: int | None = None, device=None, iters: int | None =
     dst = torch.empty_like(src)
     timing = time_iterations(lambda: dst.copy_(src), device,
                              defaults["iters"] if iters is None else iters,
-                             defaults["warmup"] if warmup is None else warmup)
+                             defaults["warmup"] if warmup is None else warmup, working_set_bytes=2 * nbytes)
     return CopyBandwidth(str(device), nbytes, timing)
 
 
@@ -329,7 +381,8 @@ def matmul_throughput(sizes: Sequence | None = None, dtypes: Sequence | None = N
                 continue
             a = torch.randn(m, k, device=device).to(dtype)
             b = torch.randn(k, n, device=device).to(dtype)
-            timing = time_iterations(lambda: torch.matmul(a, b), device, iters, warmup)
+            touched = (m * k + k * n + m * n) * a.element_size()
+            timing = time_iterations(lambda: torch.matmul(a, b), device, iters, warmup, working_set_bytes=touched)
             results.append(MatmulThroughput(str(device), m, n, k, dtype_name(dtype), timing))
     return results
 
@@ -388,20 +441,24 @@ def op_cost(op: str, shape: tuple[int, int], dtype: torch.dtype):
 
 
 def _op_function(op: str, x: torch.Tensor) -> Callable[[], torch.Tensor]:
-    """The op writing into buffers allocated once: a fresh output per call would time the
-    allocator (on the CPU, outputs over 32 MiB are mmapped and page-faulted every call)."""
-    out = torch.empty_like(x)
+    """The op, moving the bytes :func:`op_cost` counts: read x (and y) once, write one output.
+
+    "add" and "softmax" write into an output allocated once (a fresh output per call would
+    time the allocator: on the CPU, outputs over 32 MiB are mmapped and page-faulted every
+    call). "layernorm" is ``torch.nn.functional.layer_norm``, the fused kernel: its ``.out``
+    form (``aten.native_layer_norm.out``) computes into a new tensor and copies it, about
+    twice the bytes counted. Its output comes from the allocator each call, which on a GPU
+    reuses a cached block.
+    """
     if op == "add":
-        y = torch.ones_like(x)
+        out, y = torch.empty_like(x), torch.ones_like(x)
         return lambda: torch.add(x, y, out=out)
     if op == "softmax":
+        out = torch.empty_like(x)
         return lambda: torch.ops.aten._softmax.out(x, -1, False, out=out)
     weight = torch.ones(x.shape[-1], dtype=x.dtype, device=x.device)
     bias = torch.zeros_like(weight)
-    stats = x.new_empty(x.shape[:-1] + (1,))
-    rstd = torch.empty_like(stats)
-    return lambda: torch.ops.aten.native_layer_norm.out(
-        x, list(x.shape[-1:]), weight, bias, 1e-5, out0=out, out1=stats, out2=rstd)
+    return lambda: torch.nn.functional.layer_norm(x, x.shape[-1:], weight, bias, 1e-5)
 
 
 def op_throughput(ops: Sequence[str] = OPS, shape: tuple[int, int] | None = None, dtype="float32",
@@ -430,6 +487,6 @@ def op_throughput(ops: Sequence[str] = OPS, shape: tuple[int, int] | None = None
     results = []
     for op in ops:
         cost = op_cost(op, shape, dtype)
-        timing = time_iterations(_op_function(op, x), device, iters, warmup)
+        timing = time_iterations(_op_function(op, x), device, iters, warmup, working_set_bytes=int(cost.bytes))
         results.append(OpThroughput(op, shape, dtype_name(dtype), str(device), cost.flops, cost.bytes, timing))
     return results

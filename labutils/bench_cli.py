@@ -29,7 +29,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("-e", "--maxbytes", default="1M", help="largest size, e.g. 64M, 1G")
     parser.add_argument("-f", "--stepfactor", type=int, default=2, help="multiply the size by this each step")
     parser.add_argument("-n", "--iters", type=int, default=DEFAULT_ITERS, help="timed iterations per size")
-    parser.add_argument("-w", "--warmup-iters", type=int, default=DEFAULT_WARMUP, help="warm-up iterations")
+    parser.add_argument("-w", "--warmup-iters", type=int, default=DEFAULT_WARMUP,
+                        help="warm-up iterations at every size (1, as nccl-tests >= 2.18)")
     parser.add_argument("-d", "--dtype", default="float", help="float, half, bfloat16, double, int32, int8, ...")
     parser.add_argument("-o", "--redop", default="sum", choices=REDOPS, help="reduction (all_reduce, reduce_scatter)")
     parser.add_argument("-r", "--root", type=int, default=0, help="root rank (broadcast)")

@@ -14,6 +14,7 @@ from importlib import metadata
 
 from labutils import hardware
 from labutils.backend import choose_backend
+from labutils.cuda_probe import cuda_health
 from labutils.topology import format_cpu_list
 
 #: distributions whose versions the report lists ("not installed" when missing)
@@ -59,10 +60,13 @@ def torch_versions() -> dict:
 
 
 def environment() -> dict:
-    """The whole report as a JSON-ready dict: python, torch, gpus, topology, backend, cpu, packages.
+    """The whole report as a JSON-ready dict: python, torch, gpus, topology, cuda_probe, backend, cpu, packages.
 
-    Memory in bytes; ``backend`` maps each world size (as a string) to the choice of
-    ``backend="auto"`` and its reason.
+    Memory in bytes; each GPU carries its CUDA ordinal here ("cuda:0" or "not visible") and
+    its MIG devices; the topology summary ends with the GPU rows ranks use;
+    ``cuda_probe`` says whether CUDA initialises (``None`` with no GPU visible);
+    ``backend`` maps each world size (as a string) to the choice of ``backend="auto"`` and
+    its reason.
     """
     gpus = hardware.gpu_report()
     cpu = hardware.cpu_info()
@@ -79,8 +83,9 @@ def environment() -> dict:
             "reason": gpus.reason,
             "devices": [_gpu_dict(gpu) for gpu in gpus.gpus],
         },
-        "topology": topology.summary().splitlines() if topology is not None else None,
+        "topology": topology.summary(cuda_ordinals=_ordinals(gpus)).splitlines() if topology is not None else None,
         "topology_reason": topology_reason,
+        "cuda_probe": _probe_dict(gpus.visible_gpus),
         "backend": {
             str(world_size): _backend_dict(world_size, gpus.visible_gpus) for world_size in WORLD_SIZES
         },
@@ -99,9 +104,24 @@ def environment() -> dict:
     }
 
 
+def _ordinals(gpus: hardware.GpuReport) -> dict[str, int | None] | None:
+    """{"GPU4": 0, "GPU0": None, ...}: each GPU row's CUDA ordinal here (None: not visible)."""
+    return {f"GPU{gpu.index}": gpu.cuda_ordinal for gpu in gpus.gpus} or None
+
+
+def _probe_dict(visible_gpus: int) -> dict | None:
+    """Whether CUDA works here (a throwaway process initialises it); ``None`` with no GPU visible."""
+    if visible_gpus == 0:
+        return None
+    health = cuda_health()
+    return {"usable": health.usable, "reason": health.reason, "device_count": health.device_count}
+
+
 def _gpu_dict(gpu: hardware.GpuInfo) -> dict:
     return {
         "index": gpu.index,
+        "cuda": gpu.visibility,
+        "uuid": gpu.uuid,
         "name": gpu.name,
         "memory_total_bytes": gpu.memory_total_bytes,
         "compute_capability": ".".join(map(str, gpu.compute_capability)) if gpu.compute_capability else None,
@@ -111,6 +131,12 @@ def _gpu_dict(gpu: hardware.GpuInfo) -> dict:
         "nvlinks_up": gpu.nvlinks_up,
         "numa_node": gpu.numa_node,
         "cpus": format_cpu_list(gpu.cpus),
+        "mig_enabled": gpu.mig_enabled,
+        "mig_devices": [
+            {"uuid": mig.uuid, "name": mig.name, "memory_total_bytes": mig.memory_total_bytes,
+             "cuda": f"cuda:{gpu.cuda_ordinal}" if mig.uuid == gpu.visible_mig_uuid else "not visible"}
+            for mig in gpu.mig_devices
+        ],
     }
 
 
@@ -141,14 +167,12 @@ def environment_text(env: dict | None = None) -> str:
             f"{gpus['visible']} visible to CUDA)"
         )
         for gpu in gpus["devices"]:
-            memory = hardware.memory_text(gpu["memory_total_bytes"]) if gpu["memory_total_bytes"] else "? GB"
-            lines.append(
-                f"  GPU{gpu['index']}  {gpu['name']}, {memory}, compute capability {gpu['compute_capability']}, "
-                f"PCIe {gpu['pcie_max']}, NVLinks up {gpu['nvlinks_up']}, NUMA node {gpu['numa_node']}, "
-                f"CPUs {gpu['cpus'] or '?'}"
-            )
+            lines.extend(_gpu_lines(gpu))
     else:
         lines.append(f"GPUs        {gpus['reason']}")
+    probe = env.get("cuda_probe")
+    if probe is not None:
+        lines.append(f"CUDA probe  {'works' if probe['usable'] else 'fails'}: {probe['reason']}")
     topology = env["topology"] or [env["topology_reason"]]
     lines.extend(f"{'Topology' if i == 0 else '':<12}{line}" for i, line in enumerate(topology))
     lines.extend(
@@ -166,6 +190,21 @@ def environment_text(env: dict | None = None) -> str:
     lines.append("Packages")
     lines.extend(f"  {name:<{width}}  {version}" for name, version in env["packages"].items())
     return "\n".join(lines)
+
+
+def _gpu_lines(gpu: dict) -> list[str]:
+    """"  GPU4 [cuda:0] NVIDIA H100 ..." and one line per MIG device."""
+    lines = [
+        f"  GPU{gpu['index']} [{gpu.get('cuda', '?')}] {gpu['name']}, {hardware.memory_text(gpu['memory_total_bytes'])}, "
+        f"compute capability {gpu['compute_capability']}, PCIe {gpu['pcie_max']}, NVLinks up {gpu['nvlinks_up']}, "
+        f"NUMA node {gpu['numa_node']}, CPUs {gpu['cpus'] or '?'}"
+        + (f", MIG mode on ({len(gpu['mig_devices'])} MIG devices)" if gpu.get("mig_enabled") else "")
+    ]
+    lines.extend(
+        f"    {mig['uuid']} [{mig['cuda']}] {mig['name'] or 'MIG device'}, {hardware.memory_text(mig['memory_total_bytes'])}"
+        for mig in gpu.get("mig_devices", ())
+    )
+    return lines
 
 
 def _cuda_text(torch_info: dict) -> str:

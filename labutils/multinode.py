@@ -8,7 +8,7 @@ processes itself (one agent per node, c10d rendezvous)::
              -m labutils run mymodule:train --args '[10]' --output results.pt
 
 Each process initialises the default process group from torchrun's environment (NCCL
-when it has a GPU of its own, gloo otherwise), calls ``train(10)``, and rank 0 saves the
+when it has a GPU of its own and CUDA works, gloo otherwise; under NCCL bound to its GPU), calls ``train(10)``, and rank 0 saves the
 list of every rank's result (gathered with ``all_gather_object``, tensors on the CPU) to
 ``--output``.
 """
@@ -58,27 +58,35 @@ def load_target(target: str):
 
 
 def init_from_environment(backend: str = "auto"):
-    """Initialise the default process group from torchrun's variables; return the device."""
+    """Initialise the default process group from torchrun's variables; return the device.
+
+    ``backend="auto"`` asks :func:`labutils.backend.choose_backend` for this node's
+    ``LOCAL_WORLD_SIZE`` ranks (NCCL only when each has a GPU and CUDA works). Under NCCL
+    the rank's own GPU (``cuda:<LOCAL_RANK>``) becomes its current device and is passed to
+    ``init_process_group`` as ``device_id``, so NCCL binds it at once and every CUDA buffer
+    of this process (collectives' own included) lives there, not on cuda:0.
+    """
     import torch
     import torch.distributed as dist
 
     from labutils import rank as rank_info
+    from labutils.backend import choose_backend
 
     missing = [v for v in _TORCHRUN_VARS if v not in os.environ]
     if missing:
         raise UsageError(f"not started by torchrun (missing {', '.join(missing)}); "
                          "use `torchrun ... -m labutils run module:function`")
     local_rank = int(os.environ["LOCAL_RANK"])
-    if backend == "auto":
-        local_world = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
-        backend = "nccl" if torch.cuda.is_available() and torch.cuda.device_count() >= local_world else "gloo"
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    backend = choose_backend(backend, local_world).backend
     if backend == "nccl":
-        torch.cuda.set_device(local_rank)
         device = torch.device("cuda", local_rank)
+        torch.cuda.set_device(device)
+        options = {"device_id": device}
     else:
-        device = torch.device("cpu")
+        device, options = torch.device("cpu"), {}
     if not dist.is_initialized():
-        dist.init_process_group(backend)
+        dist.init_process_group(backend, **options)
     rank_info.configure(device, backend)
     return device
 

@@ -68,8 +68,16 @@ def test_layout_follows_nccl_tests_buffer_sizes():
     assert cb.layout("reduce_scatter", 1024, 4, 4) == cb.Layout(size=1024, count=64, send_numel=256, recv_numel=64)
     assert cb.layout("all_to_all", 1024, 4, 4) == cb.Layout(size=1024, count=64, send_numel=256, recv_numel=256)
     assert cb.layout("broadcast", 1024, 4, 4).count == 256
-    # sizes round down to whole elements per rank
-    assert cb.layout("all_gather", 1024, 4, 3).size == 85 * 3 * 4
+    # each rank's share rounds down to whole 16-byte units, as NVIDIA/nccl-tests src/all_gather.cu
+    # (and reduce_scatter.cu, alltoall.cu) align the per-rank count: 256 / 3 = 85 -> 84 floats
+    assert cb.layout("all_gather", 1024, 4, 3) == cb.Layout(size=84 * 3 * 4, count=84, send_numel=84, recv_numel=252)
+    # 6 ranks, 1 MiB of float32: 262144 / 6 = 43690.67 -> 43688 floats (16-byte units), size = count x 6 x 4
+    for op in ("all_gather", "reduce_scatter", "all_to_all"):
+        lay = cb.layout(op, 2**20, 4, 6)
+        assert (lay.count, lay.size) == (43688, 43688 * 6 * 4)
+    # half: 8 elements per 16 bytes; 6 ranks at 96 B = 48 halves -> 8 per rank
+    assert cb.layout("all_gather", 96, 2, 6).count == 8 and cb.layout("all_gather", 95, 2, 6).count == 0
+    assert cb.layout("all_gather", 64, 8, 3).count == 2  # double: 2 elements per 16 bytes
     assert cb.layout("all_reduce", 10, 4, 2).size == 8
     assert cb.layout("all_gather", 8, 4, 4).count == 0
 
@@ -283,3 +291,59 @@ def test_stat_is_recorded(pool):
     assert [r["stat"] for r in records] == ["median", "median"]
     assert all(r["ip_time_us"] > 0 and r["ip_wrong"] == 0 for r in records)
     assert "time: median over iters" in cb.format_nccl_tests(records)
+
+
+def test_fit_says_alpha_includes_torchs_per_call_cost():
+    sizes = [1024, 65536, 2**20]
+    records = [_record(op="all_reduce", size=s, oop=None,
+                       ip=(costmodel.collective_time("all_reduce", "ring", s, 2, 30e-6, 1e-9) * 1e6, 0, 0, 0))
+               for s in sizes]
+    fit = cb.fit_alpha_beta(records)
+    assert isinstance(fit, costmodel.AlphaBetaFit) and fit.alpha == pytest.approx(30e-6)
+    assert fit.note == cb.ALPHA_NOTE and "per-call CPU cost" in str(fit) and "alpha = 30.00 us" in str(fit)
+    assert "nccl-tests -G" in cb.format_nccl_tests(records)
+
+
+def test_check_in_chunks_matches_the_whole_answer(monkeypatch):
+    import torch
+
+    from labutils import collectives_check as check
+
+    monkeypatch.setattr(check, "CHUNK_ELEMENTS", 7)  # many chunks, none aligned with the period of 4
+    for redop in cb.REDOPS:
+        for dtype in (torch.float32, torch.int8):
+            if redop == "avg" and not dtype.is_floating_point:
+                continue
+            table = check.reduction_table(redop, 6, dtype, "cpu")
+            inputs = torch.stack([check.summand(r, 50, torch.float64, "cpu", offset=13) for r in range(6)])
+            whole = {"sum": inputs.sum(0), "avg": inputs.mean(0), "prod": inputs.prod(0),
+                     "max": inputs.amax(0), "min": inputs.amin(0)}[redop]
+            got = check.reduced(table, 13, 50)
+            want = whole.to(torch.int64).to(dtype) if not dtype.is_floating_point else whole.to(dtype)
+            assert torch.equal(got, want), (redop, dtype)
+    target = torch.zeros(50)
+    check.fill(target, lambda start, length: check.pattern(start, length, torch.float32, "cpu"))
+    assert torch.equal(target, check.pattern(0, 50, torch.float32, "cpu"))
+    target[[3, 20, 49]] = -1.0
+    assert check.count_wrong(target, lambda start, length: check.pattern(start, length, torch.float32, "cpu")) == 3
+
+
+def test_in_place_only_ops_allocate_no_send_buffer():
+    import torch
+
+    from labutils.collectives_check import Case
+
+    for op in ("all_reduce", "broadcast"):
+        lay = cb.layout(op, 4096, 4, 8)
+        case = Case(op, lay, torch.float32, "sum", 0, 0, 8, torch.device("cpu"))
+        assert case.send is None and case.recv.numel() == 1024
+    gather = Case("all_gather", cb.layout("all_gather", 4096, 4, 8), torch.float32, "sum", 0, 0, 8,
+                  torch.device("cpu"))
+    assert gather.send.numel() == 128 and gather.recv.numel() == 1024
+
+
+def test_records_carry_every_ranks_peak_memory(pool):
+    records = pool.run(cb.run_collective_bench, "all_reduce", 1024, 4096, 4, iters=2)[0]
+    assert len(records[0]["peak_rss_bytes"]) == 2 and all(peak >= 0 for peak in records[0]["peak_rss_bytes"])
+    assert "# Peak host memory per rank (max RSS above the baseline after import" in cb.format_nccl_tests(records)
+    assert records[0]["warmup"] == cb.DEFAULT_WARMUP == 1

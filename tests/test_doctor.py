@@ -37,7 +37,8 @@ def test_doctor_json_is_the_environment_dict():
     assert done.returncode == 0, done.stderr
     env = json.loads(done.stdout)
     assert set(env) == {
-        "python", "platform", "torch", "gpus", "topology", "topology_reason", "backend", "cpu", "packages"
+        "python", "platform", "torch", "gpus", "topology", "topology_reason", "cuda_probe", "backend", "cpu",
+        "packages",
     }
     assert env["python"]["version"] == ".".join(map(str, sys.version_info[:3]))
     assert env["backend"]["2"] == {"backend": "gloo", "device_type": "cpu", "reason": "gloo on CPU: no CUDA GPU visible"}
@@ -64,14 +65,16 @@ def test_package_versions():
 def test_environment_text_shows_gpus_and_topology():
     env = doctor.environment()
     env["gpus"].update(count=1, visible=1, driver="580.159.04", cuda_driver="13.0", reason=None, devices=[{
-        "index": 0, "name": "NVIDIA H100 80GB HBM3", "memory_total_bytes": 85_899_345_920,
+        "index": 0, "cuda": "cuda:0", "uuid": "GPU-1", "name": "NVIDIA H100 80GB HBM3",
+        "memory_total_bytes": 85_899_345_920,
         "compute_capability": "9.0", "pci_bus_id": "0000:18:00.0", "pcie_max": "Gen5 x16",
         "pcie_current": "Gen5 x16", "nvlinks_up": 18, "numa_node": 0, "cpus": "0-55",
+        "mig_enabled": False, "mig_devices": [],
     }])
     env["topology"] = ["1 GPU, no NIC", "single GPU (GPU0): no GPU-to-GPU link"]
     text = doctor.environment_text(env)
     assert "GPUs        1 (driver 580.159.04, supports CUDA 13.0; 1 visible to CUDA)" in text
-    assert "GPU0  NVIDIA H100 80GB HBM3, 85.9 GB (80.0 GiB), compute capability 9.0, PCIe Gen5 x16" in text
+    assert "GPU0 [cuda:0] NVIDIA H100 80GB HBM3, 85.9 GB (80.0 GiB), compute capability 9.0, PCIe Gen5 x16" in text
     assert "Topology    1 GPU, no NIC\n            single GPU (GPU0)" in text
 
 

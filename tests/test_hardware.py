@@ -101,7 +101,7 @@ def fake_sysfs(tmp_path):
 def test_gpu_report_from_nvml_and_sysfs(monkeypatch, fake_sysfs):
     module, calls = fake_pynvml([H100, RTX], cpu_mask=[0b1011, 1])
     monkeypatch.setitem(sys.modules, "pynvml", module)
-    monkeypatch.setattr(hardware, "visible_gpu_count", lambda: 1)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")  # only the RTX: it is cuda:0 here
     report = hardware.gpu_report(sys_root=fake_sysfs)
     assert report.reason is None and report.visible_gpus == 1
     assert (report.driver_version, report.cuda_driver_version) == ("580.159.04", "13.0")
@@ -110,16 +110,17 @@ def test_gpu_report_from_nvml_and_sysfs(monkeypatch, fake_sysfs):
         index=0, name="NVIDIA H100 80GB HBM3", memory_total_bytes=85_899_345_920, compute_capability=(9, 0),
         pci_bus_id="0000:18:00.0", pcie_generation_max=5, pcie_width_max=16, pcie_generation_current=1,
         pcie_width_current=None, nvlinks_up=18, numa_node=1,
-        cpus=tuple(range(32, 64)) + tuple(range(96, 128)),
+        cpus=tuple(range(32, 64)) + tuple(range(96, 128)), cuda_ordinal=None,
     )
+    assert rtx.cuda_ordinal == 0
     # no NVLink, numa_node -1 (single node), no local_cpulist: CPUs from NVML's affinity mask
     assert rtx.nvlinks_up is None and rtx.numa_node is None and rtx.pci_bus_id == "0000:af:00.0"
     assert rtx.cpus == (0, 1, 3, 64)
     assert calls == {"init": 1, "shutdown": 1}
     text = report.summary()
     assert "2 GPUs (driver 580.159.04, supports CUDA 13.0, 1 visible to CUDA here)" in text
-    assert "GPU0 NVIDIA H100 80GB HBM3, 85.9 GB (80.0 GiB), compute capability 9.0, PCIe Gen5 x16, 18 NVLinks up" in text
-    assert "NUMA node 1, CPUs 32-63,96-127" in text and "GPU1 NVIDIA GeForce RTX 3090" in text
+    assert "GPU0 [not visible] NVIDIA H100 80GB HBM3, 85.9 GB (80.0 GiB), compute capability 9.0, PCIe Gen5 x16, 18 NVLinks up" in text
+    assert "NUMA node 1, CPUs 32-63,96-127" in text and "GPU1 [cuda:0] NVIDIA GeForce RTX 3090" in text
     assert "no NVLink" in text
 
 

@@ -1,0 +1,124 @@
+"""`make gpu-check` (bench/gpu_checks.py): the no-GPU path, and the entry it writes from faked figures."""
+from __future__ import annotations
+
+import datetime
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from fakegpu import FABRIC_MANAGER_DOWN, FakeGpuNode, h100s
+
+REPO = Path(__file__).resolve().parent.parent
+SCRIPT = REPO / "bench" / "gpu_checks.py"
+
+pytestmark = pytest.mark.fakegpu
+
+
+@pytest.fixture
+def gpu_checks():
+    spec = importlib.util.spec_from_file_location("gpu_checks", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_without_a_gpu_one_line_exit_0_nothing_written(tmp_path):
+    results = tmp_path / "gpu-results.md"
+    results.write_text("# GPU results\n\nuntouched\n")
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
+    done = subprocess.run([sys.executable, str(SCRIPT), "--results", str(results)], capture_output=True,
+                          text=True, cwd=REPO, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "gpu-check: nothing to measure here (no CUDA GPU visible); gpu-results.md left unchanged"]
+    assert results.read_text() == "# GPU results\n\nuntouched\n"
+
+
+def test_a_node_whose_cuda_cannot_start_is_not_measured(monkeypatch, capsys, tmp_path, gpu_checks):
+    FakeGpuNode(monkeypatch, h100s(8), cuda_init_error=FABRIC_MANAGER_DOWN)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    results = tmp_path / "gpu-results.md"
+    assert gpu_checks.main(["--results", str(results)]) == 0
+    (line,) = capsys.readouterr().out.splitlines()
+    assert "Error 802" in line and not results.exists()
+
+
+def _faked_figures(gpu_checks):
+    """The environment read through the faked node, with measured figures made up for the test."""
+    from labutils.gpu_state import state_text
+
+    env = gpu_checks.environment()
+    sheet = gpu_checks.datasheet_device(env["device"])
+    return {
+        "environment": env,
+        "tests": {"command": 'pytest -q -m "gpu or multigpu"', "returncode": 0, "summary": "12 passed in 40.0s"},
+        "single_gpu": {
+            "memcpy": {"nbytes": 2**30, "read_write_gb_per_s": 2680.0, "peak_gb_per_s": sheet.mem_bandwidth / 1e9},
+            "matmul": [
+                {"dtype": "bfloat16", "shape": "8192x8192x8192", "tflop_per_s": 742.0,
+                 "peak_tflop_per_s": sheet.peak_flops["bf16"] / 1e12, "skipped": ""},
+                {"dtype": "float32", "shape": "8192x8192x8192", "tflop_per_s": 51.0, "peak_tflop_per_s": None,
+                 "skipped": ""},
+            ],
+            "datasheet": sheet.name,
+        },
+        "all_reduce": {"command": "labutils bench all_reduce --world-size 4 -b 8 -e 1G -f 2 --backend nccl",
+                       "returncode": 0, "table": "# (the nccl-tests table)", "largest_size": 2**30,
+                       "largest_busbw": 361.5},
+        "state_lines": {"before": [state_text(s) for s in env["state"]], "after": [state_text(s) for s in env["state"]]},
+    }
+
+
+def test_entry_names_device_driver_cuda_and_figures(monkeypatch, tmp_path, gpu_checks):
+    FakeGpuNode(monkeypatch, h100s(8))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2,3")
+    figures = _faked_figures(gpu_checks)
+    assert figures["environment"]["gpus"] == 4 and figures["single_gpu"]["datasheet"] == "H100 SXM"
+    entry = gpu_checks.format_entry(figures, datetime.date(2026, 11, 24))
+    lines = entry.splitlines()
+    assert lines[0] == "## 2026-11-24: 4 x NVIDIA H100 80GB HBM3"
+    assert "Driver 570.124.06 (supports CUDA 12.8), torch" in entry and "(CUDA 12.8)" in entry
+    assert '- `pytest -q -m "gpu or multigpu"`: 12 passed in 40.0s' in lines
+    assert "- memcpy 1.07 GB on cuda:0: 2,680 GB/s read+write (80% of the datasheet's 3,350)" in lines
+    assert "- matmul 8192x8192x8192 bfloat16: 742.0 TFLOP/s (75% of the datasheet's 989)" in lines
+    assert "- matmul 8192x8192x8192 float32: 51.0 TFLOP/s" in lines
+    assert any(line.startswith("- all_reduce on 4 GPUs, 1,073,741,824 B: busbw 361.5 GB/s") for line in lines)
+    assert "before: GPU0 (cuda:0) NVIDIA H100 80GB HBM3: SM 1980/1980 MHz, memory 2619 MHz, 312/700 W" in entry
+
+
+def test_appending_replaces_the_nothing_yet_line(monkeypatch, tmp_path, gpu_checks):
+    results = tmp_path / "gpu-results.md"
+    results.write_text((REPO / "docs" / "gpu-results.md").read_text())
+    assert gpu_checks.NOTHING_YET in results.read_text()  # the shipped page has measured nothing
+    gpu_checks.append_entry(results, "## 2026-11-24: 1 x GPU\n\n- figures\n")
+    text = results.read_text()
+    assert gpu_checks.NOTHING_YET not in text and text.startswith("# GPU results\n")
+    assert text.endswith("\n\n## 2026-11-24: 1 x GPU\n\n- figures\n")
+    gpu_checks.append_entry(results, "## 2026-11-25: 1 x GPU\n")
+    assert results.read_text().index("2026-11-24") < results.read_text().index("2026-11-25")
+
+
+def test_multinode_binds_nccl_to_the_local_gpu(monkeypatch):
+    """Under torchrun on a faked 8-GPU node, rank 3 initialises NCCL with device_id cuda:3."""
+    import torch
+    import torch.distributed as dist
+
+    from labutils import multinode
+
+    FakeGpuNode(monkeypatch, h100s(8))
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    for name, value in {"RANK": "3", "WORLD_SIZE": "8", "LOCAL_RANK": "3", "LOCAL_WORLD_SIZE": "8",
+                        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}.items():
+        monkeypatch.setenv(name, value)
+    calls = {}
+    monkeypatch.setattr(torch.cuda, "set_device", lambda device: calls.setdefault("set_device", device))
+    monkeypatch.setattr(dist, "is_initialized", lambda: False)
+    monkeypatch.setattr(dist, "init_process_group", lambda backend, **options: calls.update(init=(backend, options)))
+    monkeypatch.setattr("labutils.rank.configure", lambda device, backend: calls.update(configure=(device, backend)))
+    device = multinode.init_from_environment("auto")
+    assert device == torch.device("cuda", 3) and calls["set_device"] == torch.device("cuda", 3)
+    assert calls["init"] == ("nccl", {"device_id": torch.device("cuda", 3)})
+    assert calls["configure"] == (torch.device("cuda", 3), "nccl")
