@@ -71,3 +71,9 @@ def test_checks_print_one_line(capsys):
     assert len(lines) == 4
     assert lines[0].startswith("correct") and lines[1] == "not answered yet"
     assert lines[2].startswith("correct") and "both directions" in lines[3]
+
+
+def test_rounded_answers_pass():
+    assert check.availability_verdict(0.96).startswith("correct")
+    assert check.pcie_verdict(32).startswith("correct")
+    assert check.mfu_verdict(round(MFU, 2)).startswith("correct")
