@@ -21,9 +21,23 @@ from labutils.plots.pipeline import pipeline_gantt
 from labutils.plots.memory import zero_memory_bars
 from labutils.plots.communication import comm_volume_bars
 from labutils.plots.scaling import scaling_efficiency
+from labutils.plots.metrics import (
+    busy_vs_useful,
+    communication_efficiency,
+    cores_per_gpu,
+    energy_efficiency,
+    latency_histogram,
+    mfu_bars,
+    precision_throughput,
+    reliability,
+    step_breakdown,
+    training_time,
+)
 
 __all__ = [
     "GB", "CourseFigure", "figure_png", "format_bytes_binary",
     "bandwidth_vs_size", "roofline", "pipeline_gantt", "zero_memory_bars", "comm_volume_bars",
     "scaling_efficiency",
+    "precision_throughput", "training_time", "mfu_bars", "busy_vs_useful", "communication_efficiency",
+    "latency_histogram", "step_breakdown", "energy_efficiency", "reliability", "cores_per_gpu",
 ]
