@@ -16,7 +16,23 @@ bandwidth, FLOP/s for throughput.
 """
 from labutils.plots.base import GB, CourseFigure, figure_png, format_bytes_binary
 from labutils.plots.bandwidth import bandwidth_vs_size
-from labutils.plots.roofline_chart import roofline
+from labutils.plots.roofline_chart import (
+    intensity_bars,
+    predicted_vs_measured,
+    roofline,
+    rooflines_compared,
+    time_share_bars,
+)
+from labutils.plots.device_benchmarks import cache_bandwidth_sweep, call_time_vs_size, matrix_unit_speedup
+from labutils.plots.gpu_architecture import (
+    generation_growth,
+    grouped_bars,
+    nvlink_domains,
+    simt_efficiency_bars,
+    systolic_wavefront,
+    thread_block_map,
+    torus_hop_distribution,
+)
 from labutils.plots.pipeline import pipeline_gantt
 from labutils.plots.memory import zero_memory_bars
 from labutils.plots.communication import comm_volume_bars
@@ -26,4 +42,8 @@ __all__ = [
     "GB", "CourseFigure", "figure_png", "format_bytes_binary",
     "bandwidth_vs_size", "roofline", "pipeline_gantt", "zero_memory_bars", "comm_volume_bars",
     "scaling_efficiency",
+    "intensity_bars", "rooflines_compared", "predicted_vs_measured", "time_share_bars",
+    "matrix_unit_speedup", "cache_bandwidth_sweep", "call_time_vs_size",
+    "generation_growth", "nvlink_domains", "grouped_bars", "thread_block_map", "simt_efficiency_bars",
+    "systolic_wavefront", "torus_hop_distribution",
 ]
