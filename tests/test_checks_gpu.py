@@ -48,7 +48,7 @@ def test_simt_efficiency(capsys, answer, message):
 @pytest.mark.parametrize("answer, message", [
     (7, "correct: 972 GB / 141 GB per GPU, rounded up = 7"),
     (14, "2 bytes per parameter, not 4"),
-    (6, "without the 20% headroom"),
+    (6, "either the 20% headroom (KV cache, activations, buffers) is missing, or you rounded down"),
 ])
 def test_gpus_for_weights(capsys, answer, message):
     assert message in verdict(capsys, check.gpus_for_weights, answer)

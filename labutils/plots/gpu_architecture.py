@@ -29,18 +29,15 @@ def generation_growth(years: Mapping[str, float], metrics: Mapping[str, Sequence
         _require(len(values) == len(names), f"{metric}: {len(values)} values for {len(names)} GPUs")
         _require(all(value > 0 for value in values), f"{metric}: values must be positive")
     fig = CourseFigure(figsize=(8, 4.5), layout="constrained")
-    ax = fig.add_subplot()
+    ax = fig.add_subplot(title="Compute grows faster than the bandwidth that feeds it", xlabel="year announced",
+                         ylabel=f"relative to {names[0]} (x)", yscale="log")
     for metric, values in metrics.items():
         ax.plot([years[name] for name in names], [value / values[0] for value in values], marker="o", label=metric)
     first_metric = next(iter(metrics.values()))
     for name, value in zip(names, first_metric):
         ax.annotate(name, (years[name], value / first_metric[0]), xytext=(0, 6), textcoords="offset points",
                     ha="center", fontsize=8)
-    ax.set_yscale("log")
     ax.yaxis.set_major_formatter(FuncFormatter(_plain_number))
-    ax.set_xlabel("year announced")
-    ax.set_ylabel(f"relative to {names[0]} (x)")
-    ax.set_title("Compute grows faster than the bandwidth that feeds it")
     ax.grid(True, which="major", alpha=0.3)
     fig.legend(loc="outside right upper", fontsize=9)
     return fig
