@@ -152,3 +152,14 @@ def test_torus_hop_distribution_shares_and_mean():
     assert legend_texts(fig) == ["ring of 4: mean 1.0 hops, max 2"]
     with pytest.raises(ValueError, match="add up to 8"):
         plots.torus_hop_distribution({"ring of 4": [1, 2, 1]}, chips=8)
+
+
+def test_chapter_two_figures_show_themselves_as_png():
+    figures = [plots.matrix_unit_speedup({"float32": 1.0}, "float32", device_label="x"),
+               plots.cache_bandwidth_sweep({1024: 1e9, 2048: 2e9}),
+               plots.nvlink_domains({"HGX": 7.2e12}),
+               plots.thread_block_map(np.zeros((2, 2), dtype=int), block=1),
+               plots.torus_hop_distribution({"ring": [1, 1]}, chips=2)]
+    for fig in figures:
+        assert isinstance(fig, plots.CourseFigure)
+        assert fig._repr_png_().startswith(b"\x89PNG\r\n\x1a\n")

@@ -82,3 +82,13 @@ def test_time_share_bars_stack_to_100_percent_and_label_throughput():
     assert legend_texts(fig) == ["GEMM", "attention"]
     with pytest.raises(ValueError, match="positive peak"):
         plots.time_share_bars(results, 0, device_label="x")
+
+
+def test_chapter_three_figures_show_themselves_as_png():
+    figures = [plots.intensity_bars([rl.elementwise(8)], {"H100": 295.0}),
+               plots.rooflines_compared({"H100": rl.DEVICES["h100"]}, "bf16"),
+               plots.predicted_vs_measured([("add", "memory", 1e-3, 2e-3)]),
+               plots.time_share_bars({"t": (1e12, {"GEMM": 1.0})}, 2e12, device_label="x")]
+    for fig in figures:
+        assert isinstance(fig, plots.CourseFigure)
+        assert fig._repr_png_().startswith(b"\x89PNG\r\n\x1a\n")
