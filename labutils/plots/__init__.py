@@ -14,9 +14,16 @@ bandwidth, FLOP/s for throughput.
     from labutils import plots, schedules
     plots.pipeline_gantt(schedules.simulate(schedules.build_schedule("1f1b", 4, 8)))
 """
+
 from labutils.plots.base import GB, CourseFigure, figure_png, format_bytes_binary
 from labutils.plots.bandwidth import bandwidth_vs_size
-from labutils.plots.roofline_chart import roofline
+from labutils.plots.roofline_chart import (
+    roofline,
+    intensity_bars,
+    predicted_vs_measured,
+    rooflines_compared,
+    time_share_bars,
+)
 from labutils.plots.pipeline import pipeline_gantt
 from labutils.plots.memory import zero_memory_bars
 from labutils.plots.communication import comm_volume_bars
@@ -33,11 +40,50 @@ from labutils.plots.metrics import (
     step_breakdown,
     training_time,
 )
+from labutils.plots.device_benchmarks import cache_bandwidth_sweep, call_time_vs_size, matrix_unit_speedup
+from labutils.plots.gpu_architecture import (
+    generation_growth,
+    grouped_bars,
+    nvlink_domains,
+    simt_efficiency_bars,
+    systolic_wavefront,
+    thread_block_map,
+    torus_hop_distribution,
+)
 
 __all__ = [
-    "GB", "CourseFigure", "figure_png", "format_bytes_binary",
-    "bandwidth_vs_size", "roofline", "pipeline_gantt", "zero_memory_bars", "comm_volume_bars",
+    "GB",
+    "CourseFigure",
+    "figure_png",
+    "format_bytes_binary",
+    "bandwidth_vs_size",
+    "roofline",
+    "intensity_bars",
+    "predicted_vs_measured",
+    "rooflines_compared",
+    "time_share_bars",
+    "pipeline_gantt",
+    "zero_memory_bars",
+    "comm_volume_bars",
     "scaling_efficiency",
-    "precision_throughput", "training_time", "mfu_bars", "busy_vs_useful", "communication_efficiency",
-    "latency_histogram", "step_breakdown", "energy_efficiency", "reliability", "cores_per_gpu",
+    "busy_vs_useful",
+    "communication_efficiency",
+    "cores_per_gpu",
+    "energy_efficiency",
+    "latency_histogram",
+    "mfu_bars",
+    "precision_throughput",
+    "reliability",
+    "step_breakdown",
+    "training_time",
+    "cache_bandwidth_sweep",
+    "call_time_vs_size",
+    "matrix_unit_speedup",
+    "generation_growth",
+    "grouped_bars",
+    "nvlink_domains",
+    "simt_efficiency_bars",
+    "systolic_wavefront",
+    "thread_block_map",
+    "torus_hop_distribution",
 ]
