@@ -21,9 +21,15 @@ from labutils.plots.pipeline import pipeline_gantt
 from labutils.plots.memory import zero_memory_bars
 from labutils.plots.communication import comm_volume_bars
 from labutils.plots.scaling import scaling_efficiency
+from labutils.plots.interconnects import (copy_bandwidth, link_ladder, numa_layout, ping_pong,
+                                          ring_time_by_link, topology_matrices)
+from labutils.plots.collectives import (algorithm_times, busbw_factor_curves, collective_buffers,
+                                        collective_fits, time_comparison_bars)
 
 __all__ = [
     "GB", "CourseFigure", "figure_png", "format_bytes_binary",
     "bandwidth_vs_size", "roofline", "pipeline_gantt", "zero_memory_bars", "comm_volume_bars",
     "scaling_efficiency",
+    "link_ladder", "copy_bandwidth", "topology_matrices", "numa_layout", "ping_pong", "ring_time_by_link",
+    "collective_buffers", "busbw_factor_curves", "collective_fits", "algorithm_times", "time_comparison_bars",
 ]
