@@ -319,8 +319,10 @@ def _positive_finite(name: str, value) -> float:
 
 def _clamped_log_slider(name: str, value: float, bounds_log10, description: str) -> tuple[widgets.FloatLogSlider, str]:
     """A FloatLogSlider starting at ``value`` (clamped into its range) and a note when it was clamped."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
+        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
     low, high = 10 ** bounds_log10[0], 10 ** bounds_log10[1]
-    start = min(max(_positive_finite(name, value), low), high)
+    start = min(max(float(value), low), high)
     note = "" if start == value else f"{name} = {value:.3g} lies outside the slider's {low:g} to {high:g}; it starts at {start:g}. "
     slider = widgets.FloatLogSlider(value=start, base=10, min=bounds_log10[0], max=bounds_log10[1], step=0.05,
                                     description=description, readout_format=".3g", continuous_update=False,
@@ -335,10 +337,11 @@ class AllReduceExplorer(_Dashboard):
         if not isinstance(num_ranks, int) or num_ranks < 2 or num_ranks & (num_ranks - 1):
             raise ValueError(f"num_ranks must be a power of two from 2 to {2 ** _LOG2_RANKS[1]}, got {num_ranks!r}")
         _check_range("num_ranks", num_ranks, (2 ** _LOG2_RANKS[0], 2 ** _LOG2_RANKS[1]))
-        if not 0 <= beta_s_per_byte < math.inf:
-            raise ValueError(f"beta_s_per_byte must be a finite number >= 0, got {beta_s_per_byte!r}")
-        alpha_slider, alpha_note = _clamped_log_slider("alpha (us)", _positive_finite("alpha_s", alpha_s) * 1e6,
-                                                       _ALPHA_US_LOG10, "alpha (us per message)")
+        for name, value in (("alpha_s", alpha_s), ("beta_s_per_byte", beta_s_per_byte)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
+                raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+        alpha_slider, alpha_note = _clamped_log_slider("alpha (us)", alpha_s * 1e6, _ALPHA_US_LOG10,
+                                                       "alpha (us per message)")
         fastest = 10 ** _BANDWIDTH_GBPS_LOG10[1]
         bandwidth_slider, bandwidth_note = _clamped_log_slider(
             "1/beta (GB/s)", 1 / beta_s_per_byte / 1e9 if beta_s_per_byte > 0 else fastest,

@@ -8,6 +8,7 @@ in us or ms as each axis says). Links are ``labutils.interconnects.Link`` record
 from __future__ import annotations
 
 import math
+import re
 from typing import Mapping, Sequence
 
 from matplotlib.figure import Figure
@@ -33,8 +34,8 @@ def link_ladder(links: Sequence, measured: Mapping[str, float] | None = None,
     measured on this machine. ``scale``: (label, GB/s) of a dotted reference line, e.g. a
     GPU's memory bandwidth.
     """
-    bars = [(f"{link.label}, per {link.per}", link.per_direction_GBps, KIND_COLORS.get(link.kind, "grey"))
-            for link in links]
+    bars = [(f"{link.label}, per {re.sub(r' [(].*?[)]', '', link.per)}", link.per_direction_GBps,
+             KIND_COLORS.get(link.kind, "grey")) for link in links]  # "NVLink4 (H100), per GPU, all its NVLinks"
     bars += [(label, value, KIND_COLORS["measured"]) for label, value in (measured or {}).items()]
     _require(len(bars) > 0, "no links to draw")
     _require(all(0 < value < math.inf for _, value, _ in bars), "every bandwidth must be a positive, finite GB/s")
@@ -172,7 +173,7 @@ def ping_pong(sizes: Sequence[int], times: Sequence[float], fits: Mapping[str, o
 
     ``times``: measured seconds per message. ``fits`` maps a label to an alpha-beta fit
     (``labutils.costmodel.AlphaBetaFit``, alpha in s, beta in s/B) drawn on the left; the
-    first one is also drawn on the right with its 1/beta and n_1/2 = alpha/beta.
+    first one is also drawn on the right with its 1/beta and S_1/2 = alpha/beta.
     """
     _require(len(sizes) >= 2 and len(sizes) == len(times), "give at least two sizes and one time per size")
     _require(min(sizes) > 0 and min(times) > 0, "sizes and times must be positive for log axes")
@@ -182,22 +183,23 @@ def ping_pong(sizes: Sequence[int], times: Sequence[float], fits: Mapping[str, o
     left, right = fig.subplots(1, 2)
     left.plot(sizes, [t * 1e6 for t in times], "o", label="measured")
     for style, (label, fit) in zip(("-", ":", "--"), fits.items()):
-        left.plot(grid, [fit.predict(n) * 1e6 for n in grid], style, label=label)
+        left.plot(grid, [fit.predict(size) * 1e6 for size in grid], style, label=label)
     main_label, main = next(iter(fits.items()))
-    right.plot(sizes, [n / t / 1e9 for n, t in zip(sizes, times)], "o", label="measured: n / t")
-    right.plot(grid, [n / main.predict(n) / 1e9 for n in grid], "-", label=f"model: n / (alpha + n beta), {main_label}")
+    right.plot(sizes, [size / t / 1e9 for size, t in zip(sizes, times)], "o", label="measured: S / T")
+    right.plot(grid, [size / main.predict(size) / 1e9 for size in grid], "-",
+               label=f"model: S / (alpha + S beta), {main_label}")
     if main.beta > 0:
         right.axhline(1 / main.beta / 1e9, color="grey", linestyle="--", label=f"1/beta = {1 / main.beta / 1e9:.2f} GB/s")
         if main.alpha > 0:
-            right.axvline(main.alpha / main.beta, color="grey", linestyle=":", label="n_1/2 = alpha/beta")
+            right.axvline(main.alpha / main.beta, color="grey", linestyle=":", label="S_1/2 = alpha/beta")
     for ax, ylabel, panel_title in ((left, "time per message (us)", "Time per message"),
                                     (right, "GB/s (1e9 bytes/s)", "Bandwidth reached")):
         ax.set_xscale("log", base=2)
         _set_bytes_axis(ax.xaxis, sizes, max_ticks=7)
-        ax.set_xlabel("message size n (bytes)")
+        ax.set_xlabel("message size S (bytes)")
         ax.set_ylabel(ylabel)
         ax.set_title(panel_title)
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=8, loc="upper left" if ax is left else "center left")
     left.set_yscale("log")
     fig.suptitle(title)
     return fig
@@ -217,7 +219,7 @@ def ring_time_by_link(links: Sequence, times_s: Sequence[float], title: str) -> 
             color=[KIND_COLORS.get(link.kind, "grey") for link in links])
     for row, t in enumerate(times_s):
         ax.text(t * 1e3 * 1.05, row, f"{t * 1e3:,.1f} ms", va="center", fontsize=9)
-    ax.set_yticks(range(len(links)), [f"{link.label}: {link.per_direction_GBps:g} GB/s" for link in links])
+    ax.set_yticks(range(len(links)), [f"{link.label}: {link.per_direction_GBps:.3g} GB/s" for link in links])
     ax.invert_yaxis()
     ax.set_xscale("log")
     ax.set_xlim(min(times_s) * 1e3 / 2, max(times_s) * 1e3 * 4)
