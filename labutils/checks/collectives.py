@@ -10,22 +10,8 @@ n is the number of ranks, S the buffer in bytes, alpha seconds per message, beta
 """
 from __future__ import annotations
 
-import math
-
 from labutils import collectives_bench, costmodel
-
-
-def _not_a_number(answer, unit: str) -> str | None:
-    """The verdict for a missing or non-numeric answer, else None."""
-    if answer is None:
-        return "not answered yet"
-    if isinstance(answer, bool) or not isinstance(answer, (int, float)) or not math.isfinite(answer):
-        return f"give a finite number of {unit}, not {answer!r}"
-    return None
-
-
-def _close(answer: float, value: float, tolerance: float) -> bool:
-    return abs(answer - value) <= tolerance * abs(value)
+from labutils.checks.answers import first_match, not_a_number
 
 
 def all_gather_busbw(answer, size_bytes: int = 1073741824, time_s: float = 4000e-6, ranks: int = 8) -> None:
@@ -34,7 +20,7 @@ def all_gather_busbw(answer, size_bytes: int = 1073741824, time_s: float = 4000e
 
 
 def _all_gather_busbw_verdict(answer, size_bytes, time_s, ranks) -> str:
-    problem = _not_a_number(answer, "GB/s")
+    problem = not_a_number(answer, "GB/s")
     if problem:
         return problem
     algbw, busbw = collectives_bench.bandwidths("all_gather", size_bytes, time_s, ranks)
@@ -48,8 +34,7 @@ def _all_gather_busbw_verdict(answer, size_bytes, time_s, ranks) -> str:
         (busbw * 1e9 / 2**30, "nccl-tests' GB/s is 1e9 bytes/s, not GiB/s"),
         (algbw * 1e9 / 2**30, "nccl-tests' GB/s is 1e9 bytes/s, not GiB/s"),
     ]
-    return next((text for value, text in mistakes if _close(answer, value, 0.005)),
-                "not quite: algbw = size / time, then busbw = algbw x (n-1)/n")
+    return first_match(answer, mistakes, 0.005, "not quite: algbw = size / time, then busbw = algbw x (n-1)/n")
 
 
 def ring_allreduce_time(answer, size_bytes: float = 1e9, ranks: int = 16, alpha: float = 50e-6,
@@ -59,7 +44,7 @@ def ring_allreduce_time(answer, size_bytes: float = 1e9, ranks: int = 16, alpha:
 
 
 def _ring_allreduce_time_verdict(answer, S, n, alpha, beta) -> str:
-    problem = _not_a_number(answer, "seconds")
+    problem = not_a_number(answer, "seconds")
     if problem:
         return problem
     expected = costmodel.collective_time("all_reduce", "ring", S, n, alpha, beta)
@@ -73,8 +58,7 @@ def _ring_allreduce_time_verdict(answer, S, n, alpha, beta) -> str:
         (costmodel.collective_time("all_gather", "ring", S, n, alpha, beta),
          "that is one half (a reduce-scatter or an all-gather); the all-reduce does both"),
     ]
-    return next((text for value, text in mistakes if _close(answer, value, 0.002)),
-                "not quite: ring all-reduce time = 2(n-1) alpha + 2(n-1)/n S beta")
+    return first_match(answer, mistakes, 0.002, "not quite: ring all-reduce time = 2(n-1) alpha + 2(n-1)/n S beta")
 
 
 def allreduce_bytes_per_rank(answer, size_bytes: float = 1e9, ranks: int = 4) -> None:
@@ -83,7 +67,7 @@ def allreduce_bytes_per_rank(answer, size_bytes: float = 1e9, ranks: int = 4) ->
 
 
 def _allreduce_bytes_verdict(answer, S, n) -> str:
-    problem = _not_a_number(answer, "bytes")
+    problem = not_a_number(answer, "bytes")
     if problem:
         return problem
     expected = costmodel.ring_bytes_per_rank("all_reduce", S, n)
@@ -94,8 +78,7 @@ def _allreduce_bytes_verdict(answer, S, n) -> str:
         (expected / 2, "that is one half (the reduce-scatter or the all-gather); an all-reduce does both"),
         (expected / 1e9, "give bytes, not GB"),
     ]
-    return next((text for value, text in mistakes if _close(answer, value, 0.001)),
-                "not quite: each rank sends (n-1)/n x S in each of the two halves")
+    return first_match(answer, mistakes, 0.001, "not quite: each rank sends (n-1)/n x S in each of the two halves")
 
 
 _MOE_FEEDBACK = {

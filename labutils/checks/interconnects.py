@@ -9,27 +9,12 @@ the usual mistakes (both directions added, bits for bytes, the encoding left out
 """
 from __future__ import annotations
 
-import math
-
 from labutils import interconnects, topology
+from labutils.checks.answers import first_match, not_a_number
 
 #: the shipped matrices the exercises are about (labutils/data/topo, INDEX.md says where each was published)
 PCIE_TWO_SOCKETS = "07"
 HGX_H100 = "02"
-
-
-def _not_a_number(answer, unit: str) -> str | None:
-    """The verdict for a missing or non-numeric answer, else None."""
-    if answer is None:
-        return "not answered yet"
-    if isinstance(answer, bool) or not isinstance(answer, (int, float)) or not math.isfinite(answer):
-        return f"give a finite number of {unit}, not {answer!r}"
-    return None
-
-
-def _first_match(answer: float, mistakes, tolerance: float, otherwise: str) -> str:
-    """The text of the first (value, text) whose value is within ``tolerance`` (relative) of the answer."""
-    return next((text for value, text in mistakes if abs(answer - value) <= tolerance * abs(value)), otherwise)
 
 
 def pcie5_x16(answer) -> None:
@@ -38,11 +23,11 @@ def pcie5_x16(answer) -> None:
 
 
 def _pcie5_verdict(answer) -> str:
-    problem = _not_a_number(answer, "GB/s")
+    problem = not_a_number(answer, "GB/s")
     if problem:
         return problem
     expected = interconnects.link("pcie5").per_direction_GBps
-    return _first_match(answer, [
+    return first_match(answer, [
         (expected, f"correct: 32 GT/s x 16 lanes x 128/130 / 8 bits = {expected:.2f} GB/s per direction"),
         (2 * expected, "that is both directions added; a transfer from A to B gets one direction only"),
         (32 * 16 / 8, "you left out the encoding: only 128 of every 130 bits carry data"),
@@ -82,12 +67,12 @@ def ndr_transfer_seconds(answer, nbytes: float = 1e10) -> None:
 
 
 def _ndr_verdict(answer, nbytes) -> str:
-    problem = _not_a_number(answer, "seconds")
+    problem = not_a_number(answer, "seconds")
     if problem:
         return problem
     port = interconnects.link("ib_ndr")
     expected = nbytes / port.per_direction_Bps
-    return _first_match(answer, [
+    return first_match(answer, [
         (expected, f"correct: {nbytes:g} B / ({port.rate_text.split(' per')[0]} / 8) = {expected:.2f} s"),
         (expected / 8, "you read 400 Gb/s as 400 GB/s: network ports are rated in bits, divide by 8"),
         (2 * expected, "400 Gb/s is already per direction: do not halve it"),
