@@ -244,3 +244,46 @@ def test_topology_explorer_shows_the_chosen_matrix_and_its_summary():
         widgets.topology_explorer({})
     with pytest.raises(ValueError, match="start must be one of"):
         widgets.topology_explorer(shipped, start="DGX-9")
+
+
+# ----------------------------------------------------------------------------- any figure
+
+
+def test_figure_explorer_draws_what_the_function_returns():
+    from labutils import plots
+
+    calls = []
+
+    def draw(n, scale):
+        calls.append((n, scale))
+        ranks = [2, 4, 8, 16]
+        figure = plots.busbw_factor_curves(ranks, {"scaled": [scale * (r - 1) / r for r in ranks]}, world_size=n)
+        return figure, f"n = {n}, scale = {scale:g}"
+
+    explorer = widgets.figure_explorer(
+        draw, n=ipywidgets.IntSlider(value=4, min=2, max=16),
+        scale=ipywidgets.FloatLogSlider(value=1.0, base=10, min=-1, max=1))
+    assert calls == [(4, 1.0)]
+    assert png(explorer).startswith(PNG_SIGNATURE) and "n = 4, scale = 1" in explorer.readout.value
+    first = png(explorer)
+    explorer.controls["scale"].value = 10.0
+    assert calls[-1] == (4, 10.0) and png(explorer) != first and "scale = 10" in explorer.readout.value
+
+
+def test_figure_explorer_text_only_and_errors():
+    def describe(x):
+        if x > 5:
+            raise ValueError("x above 5 is not modelled")
+        return f"x = {x}"
+
+    explorer = widgets.figure_explorer(describe, x=ipywidgets.FloatSlider(value=1.0, min=0.0, max=10.0))
+    assert png(explorer) == b"" and explorer.image.layout.display == "none"
+    assert "<pre>x = 1.0</pre>" in explorer.readout.value
+    explorer.controls["x"].value = 7.0
+    assert "x above 5 is not modelled" in explorer.readout.value and "color:#b00020" in explorer.readout.value
+    explorer.controls["x"].value = float("nan")  # what a broken front end could send
+    assert "x = nan is not a number between 0 and 10" in explorer.readout.value
+    with pytest.raises(ValueError, match="draw must be a function"):
+        widgets.figure_explorer("plot", x=ipywidgets.IntSlider())
+    with pytest.raises(ValueError, match="controls must be ipywidgets"):
+        widgets.figure_explorer(describe, x=3)
