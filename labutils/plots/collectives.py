@@ -168,7 +168,8 @@ def algorithm_times(sizes: Sequence[float], panels: Mapping[str, Mapping[str, Se
         ax.set_title(name)
         ax.grid(True, which="major", alpha=0.3)
     axes[0].set_ylabel("model time (ms)")
-    axes[0].legend(fontsize=8, loc="upper left")
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, fontsize=8, loc="outside lower center")  # below the panels, off every curve
     if title:
         fig.suptitle(title)
     return fig

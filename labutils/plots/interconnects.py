@@ -187,7 +187,7 @@ def ping_pong(sizes: Sequence[int], times: Sequence[float], fits: Mapping[str, o
     main_label, main = next(iter(fits.items()))
     right.plot(sizes, [size / t / 1e9 for size, t in zip(sizes, times)], "o", label="measured: S / T")
     right.plot(grid, [size / main.predict(size) / 1e9 for size in grid], "-",
-               label=f"model: S / (alpha + S beta), {main_label}")
+               label=f"model: S / T, T = {main_label}")
     if main.beta > 0:
         right.axhline(1 / main.beta / 1e9, color="grey", linestyle="--", label=f"1/beta = {1 / main.beta / 1e9:.2f} GB/s")
         if main.alpha > 0:
@@ -199,7 +199,8 @@ def ping_pong(sizes: Sequence[int], times: Sequence[float], fits: Mapping[str, o
         ax.set_xlabel("message size S (bytes)")
         ax.set_ylabel(ylabel)
         ax.set_title(panel_title)
-        ax.legend(fontsize=8, loc="upper left" if ax is left else "center left")
+    left.legend(fontsize=8, loc="upper left")  # the points lie low on the left: room above them
+    right.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncols=2)  # below: off the data
     left.set_yscale("log")
     fig.suptitle(title)
     return fig
