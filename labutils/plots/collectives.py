@@ -152,15 +152,16 @@ def algorithm_times(sizes: Sequence[float], panels: Mapping[str, Mapping[str, Se
     _require(len(sizes) >= 2 and min(sizes) > 0, "sizes must hold at least two positive byte counts")
     _require(1 <= len(panels) <= 4, f"draw 1 to 4 panels, got {len(panels)}")
     for name, curves in panels.items():
-        _require(len(curves) >= 1, f"panel {name!r} has no curves")
+        _require(1 <= len(curves) <= 4, f"panel {name!r} needs 1 to 4 curves, has {len(curves)}")
         for label, times in curves.items():
             _require(len(times) == len(sizes), f"{label!r} in {name!r}: {len(times)} times for {len(sizes)} sizes")
             _require(all(0 < t < math.inf for t in times), f"{label!r} in {name!r}: times must be positive and finite")
     fig = CourseFigure(figsize=(5 * len(panels) if len(panels) > 1 else 8, 4.3), layout="constrained")
     axes = fig.subplots(1, len(panels), sharey=True, squeeze=False)[0]
     for ax, (name, curves) in zip(axes, panels.items()):
-        for label, times in curves.items():
-            ax.plot(sizes, [t * 1e3 for t in times], linewidth=2, label=label)
+        # solid under dashed under dotted: curves that coincide (ring and tree at n = 2) stay visible
+        for (label, times), style, width in zip(curves.items(), ("-", "--", ":", "-."), (3.5, 2.5, 2, 2)):
+            ax.plot(sizes, [t * 1e3 for t in times], linestyle=style, linewidth=width, label=label)
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         _set_bytes_axis(ax.xaxis, sizes, max_ticks=6)
