@@ -3,8 +3,10 @@
 Each function returns a ``VBox`` subclass to display in a notebook. Its ``controls`` dict
 holds the input widgets by name, ``readout`` (an ``HTML`` widget) the numbers in words and,
 where there is a picture, ``image`` (an ``Image`` widget) the figure from ``labutils.plots``
-as PNG. Nothing is computed here: the numbers come from ``labutils.schedules``,
-``labutils.costmodel``, ``labutils.strategy`` and ``labutils.roofline``.
+as PNG (rendered without pyplot, so no global figure state and no Output widget). Nothing is
+computed here: the numbers come from ``labutils.schedules``, ``labutils.costmodel``,
+``labutils.strategy``, ``labutils.roofline`` and ``labutils.topology``. ``figure_explorer`` turns
+any function that returns a figure into such a dashboard.
 
     from labutils import widgets
     explorer = widgets.pipeline_explorer()
@@ -18,9 +20,11 @@ from __future__ import annotations
 
 import html
 
+import math
+
 import ipywidgets as widgets
 
-from labutils import plots
+from labutils import interconnects, plots
 
 _WIDE = {"description_width": "initial"}
 _POWERS_OF_TWO = [2**k for k in range(11)]  # 1 .. 1024
@@ -40,9 +44,22 @@ _PARAMS_LOG10 = (8.0, 12.5)
 _ZERO_STAGES = [("DDP (stage 0)", 0), ("ZeRO-1: optimizer states", 1), ("ZeRO-2: + gradients", 2),
                 ("ZeRO-3: + parameters", 3)]
 _INTRA_NODE_LINKS = [("NVLink", "nvlink"), ("PCIe only", "pcie")]  # labutils.strategy.INTRA_NODE_LINKS
-#: inter-node links per GPU, per direction (reference.md: Gb/s / 8 = GB/s)
-_INTER_NODE_LINKS = [("InfiniBand HDR, 200 Gb/s = 25 GB/s", 25.0),
-                     ("InfiniBand NDR, 400 Gb/s = 50 GB/s", 50.0)]
+#: inter-node links per GPU, per direction: Gb/s / 8 bits per byte (labutils.interconnects, after the
+#: InfiniBand Trade Association's port speeds)
+_INTER_NODE_LINKS = [(f"{link.label}, {link.rate_text.split(' per ')[0]} = {link.per_direction_GBps:g} GB/s",
+                      link.per_direction_GBps) for link in map(interconnects.link, ("ib_hdr", "ib_ndr"))]
+#: all-reduce explorer: log2 of the ranks n, log10 of alpha in us and of the bandwidth in GB/s
+_LOG2_RANKS = (1, 12)
+_ALPHA_US_LOG10 = (-1.0, 3.0)          # 0.1 us .. 1 ms per message
+_BANDWIDTH_GBPS_LOG10 = (-1.0, 3.0)    # 0.1 .. 1000 GB/s per direction
+#: the all-reduce algorithms compared, with their alpha-beta times (labutils.costmodel.collective_time)
+_ALLREDUCE_ALGORITHMS = {
+    "ring": "ring: 2(n-1) alpha + 2(n-1)/n S beta",
+    "double_binary_tree": "double binary tree (approx.): 2 lg n alpha + 2(n-1)/n S beta",
+    "recursive_doubling": "recursive doubling: lg n alpha + lg n S beta",
+}
+#: all-reduce sizes S drawn: 8 B to 1 GiB, 8 points per factor of two
+_ALLREDUCE_SIZES = [8 * 2 ** (k / 8) for k in range(8 * 27 + 1)]
 
 
 def _check_range(name: str, value, bounds) -> None:
@@ -106,6 +123,61 @@ class _Dashboard(widgets.VBox):
             if self.image is not None:
                 self.image.value = b""
             self.readout.value = f"<span style='color:#b00020'>{html.escape(str(error))}</span>"
+
+
+# ----------------------------------------------------------------------------- any figure
+
+
+def _checked_value(name: str, control: widgets.Widget):
+    """A control's value; a float slider's must be finite and inside its range (else a ValueError)."""
+    value = control.value
+    if isinstance(control, widgets.FloatLogSlider):
+        low, high = control.base ** control.min, control.base ** control.max
+    elif isinstance(control, widgets.FloatSlider):
+        low, high = control.min, control.max
+    else:
+        return value
+    if not (isinstance(value, (int, float)) and math.isfinite(value) and low <= value <= high):
+        raise ValueError(f"{name} = {value!r} is not a number between {low:g} and {high:g}")
+    return value
+
+
+class FigureExplorer(_Dashboard):
+    """Any ``draw(**values)`` that returns a Figure, a text, or both, redrawn whenever a control moves."""
+
+    def __init__(self, draw, controls: dict[str, widgets.Widget]):
+        if not callable(draw):
+            raise ValueError(f"draw must be a function of the controls' values, got {draw!r}")
+        if not controls or not all(isinstance(control, widgets.ValueWidget) for control in controls.values()):
+            raise ValueError("controls must be ipywidgets with a value, e.g. {'n': IntSlider(...)}, by argument name")
+        self.draw = draw
+        super().__init__(dict(controls), with_image=True)
+
+    def _redraw(self) -> None:
+        from matplotlib.figure import Figure
+
+        result = self.draw(**{name: _checked_value(name, control) for name, control in self.controls.items()})
+        parts = result if isinstance(result, tuple) else (result,)
+        figures = [part for part in parts if isinstance(part, Figure)]
+        lines = [str(part) for part in parts if part is not None and not isinstance(part, Figure)]
+        self.image.value = plots.figure_png(figures[0]) if figures else b""
+        self.image.layout.display = None if figures else "none"
+        self.readout.value = "".join(f"<pre>{html.escape(line)}</pre>" for line in lines)
+
+
+def figure_explorer(draw, **controls: widgets.Widget) -> FigureExplorer:
+    """A dashboard over ``draw``: one control per argument; what it returns is shown, as PNG and text.
+
+    ``draw(**values)`` returns a matplotlib Figure (from ``labutils.plots``: built without
+    pyplot), a text, or a tuple of both; it should not print (a callback's prints do not reach
+    the notebook). Unlike ``ipywidgets.interact`` with pyplot, the figure is rendered to PNG
+    here (no pyplot state, no Output widget), a float slider's value is checked to be finite and
+    inside its range before ``draw`` runs, and a ValueError is shown as one red line::
+
+        widgets.figure_explorer(lambda n: plots.busbw_factor_curves(...),
+                                n=ipywidgets.IntSlider(value=8, min=2, max=64))
+    """
+    return FigureExplorer(draw, controls)
 
 
 # ----------------------------------------------------------------------------- pipelines
@@ -290,3 +362,135 @@ def strategy_chooser(num_params: float = 70e9, gpus_per_node: int = 8, num_nodes
     the memory per GPU and the reasons; ``.suggestion`` is the ``Suggestion`` itself.
     """
     return StrategyChooser(num_params, gpus_per_node, num_nodes, intra_node, inter_node_GBps, gpu)
+
+
+# ----------------------------------------------------------------------------- collectives
+
+
+def _positive_finite(name: str, value) -> float:
+    """``value`` as a float, or a ValueError when it is not a finite number > 0."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+    return float(value)
+
+
+def _clamped_log_slider(name: str, value: float, bounds_log10, description: str) -> tuple[widgets.FloatLogSlider, str]:
+    """A FloatLogSlider starting at ``value`` (clamped into its range) and a note when it was clamped."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
+        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+    low, high = 10 ** bounds_log10[0], 10 ** bounds_log10[1]
+    start = min(max(float(value), low), high)
+    note = "" if start == value else f"{name} = {value:.3g} lies outside the slider's {low:g} to {high:g}; it starts at {start:g}. "
+    slider = widgets.FloatLogSlider(value=start, base=10, min=bounds_log10[0], max=bounds_log10[1], step=0.05,
+                                    description=description, readout_format=".3g", continuous_update=False,
+                                    style=_WIDE)
+    return slider, note
+
+
+class AllReduceExplorer(_Dashboard):
+    """Ranks n, latency alpha and bandwidth 1/beta -> all-reduce time of ring, tree and recursive doubling."""
+
+    def __init__(self, num_ranks: int, alpha_s: float, beta_s_per_byte: float):
+        if not isinstance(num_ranks, int) or num_ranks < 2 or num_ranks & (num_ranks - 1):
+            raise ValueError(f"num_ranks must be a power of two from 2 to {2 ** _LOG2_RANKS[1]}, got {num_ranks!r}")
+        _check_range("num_ranks", num_ranks, (2 ** _LOG2_RANKS[0], 2 ** _LOG2_RANKS[1]))
+        for name, value in (("alpha_s", alpha_s), ("beta_s_per_byte", beta_s_per_byte)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
+                raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+        alpha_slider, alpha_note = _clamped_log_slider("alpha (us)", alpha_s * 1e6, _ALPHA_US_LOG10,
+                                                       "alpha (us per message)")
+        fastest = 10 ** _BANDWIDTH_GBPS_LOG10[1]
+        bandwidth_slider, bandwidth_note = _clamped_log_slider(
+            "1/beta (GB/s)", 1 / beta_s_per_byte / 1e9 if beta_s_per_byte > 0 else fastest,
+            _BANDWIDTH_GBPS_LOG10, "1/beta (GB/s per direction)")
+        if beta_s_per_byte == 0:
+            bandwidth_note = f"beta = 0 (no bandwidth term): 1/beta starts at {fastest:g} GB/s. "
+        self.start_note = alpha_note + bandwidth_note
+        controls = {
+            "log2_n": widgets.IntSlider(value=int(math.log2(num_ranks)), min=_LOG2_RANKS[0], max=_LOG2_RANKS[1],
+                                        description="log2 n (ranks)", continuous_update=False, style=_WIDE),
+            "alpha_us": alpha_slider,
+            "bandwidth_GBps": bandwidth_slider,
+        }
+        self.times = {}
+        super().__init__(controls, with_image=True)
+
+    def _redraw(self) -> None:
+        from labutils import costmodel
+
+        n = 2 ** self.controls["log2_n"].value
+        alpha = _positive_finite("alpha", self.controls["alpha_us"].value) * 1e-6
+        bandwidth_GBps = _positive_finite("1/beta", self.controls["bandwidth_GBps"].value)
+        beta = 1 / (bandwidth_GBps * 1e9)
+        self.times = {algorithm: [costmodel.collective_time("all_reduce", algorithm, size, n, alpha, beta)
+                                  for size in _ALLREDUCE_SIZES]
+                      for algorithm in _ALLREDUCE_ALGORITHMS}
+        title = f"n = {n} ranks, alpha = {alpha * 1e6:.3g} us, 1/beta = {bandwidth_GBps:.3g} GB/s per direction"
+        curves = {_ALLREDUCE_ALGORITHMS[name]: times for name, times in self.times.items()}
+        self.image.value = plots.figure_png(plots.algorithm_times(_ALLREDUCE_SIZES, {title: curves}))
+        ring_wins = [size for size, ring, doubling in zip(_ALLREDUCE_SIZES, self.times["ring"],
+                                                          self.times["recursive_doubling"]) if ring <= doubling]
+        if ring_wins:
+            crossing = f"the ring beats recursive doubling from S = {plots.format_bytes_binary(ring_wins[0])}"
+        else:
+            crossing = "the ring never beats recursive doubling up to 1 GiB" + (
+                ": at n = 2 both send S per rank and the ring takes one more step" if n == 2 else "")
+        fastest = {label: min(self.times, key=lambda name: self.times[name][index])
+                   for label, index in (("8 B", 0), ("1 GiB", -1))}
+        self.readout.value = (html.escape(self.start_note) + f"{crossing}; fastest at S = 8 B: {fastest['8 B']}, "
+                              f"at S = 1 GiB: {fastest['1 GiB']}")
+
+
+def allreduce_explorer(num_ranks: int = 8, alpha_s: float = 10e-6, beta_s_per_byte: float = 1e-10) -> AllReduceExplorer:
+    """Dashboard of all-reduce algorithms under the alpha-beta model (``labutils.costmodel.collective_time``).
+
+    Controls: "log2_n" (n = 2 to 4096 ranks), "alpha_us" (latency per message, 0.1 us to
+    1 ms), "bandwidth_GBps" (1/beta, 0.1 to 1000 GB/s per direction). The chart draws the
+    model time (ms) of ring, double binary tree and recursive doubling against the size S
+    (8 B to 1 GiB); ``.readout`` says from which S the ring beats recursive doubling and
+    which is fastest at both ends; ``.times`` holds the seconds per algorithm.
+    Start from a fit (``AlphaBetaFit.alpha``, ``.beta``): values outside the sliders' ranges
+    start at the nearest end, and the readout says so; beta = 0 (no bandwidth term) starts
+    at the largest bandwidth.
+    """
+    return AllReduceExplorer(num_ranks, alpha_s, beta_s_per_byte)
+
+
+# ----------------------------------------------------------------------------- topology
+
+
+class TopologyExplorer(_Dashboard):
+    """A menu of ``nvidia-smi topo -m`` matrices -> the coloured matrix and what it says in words."""
+
+    def __init__(self, topologies: dict, sources: dict | None, start: str | None):
+        if not topologies:
+            raise ValueError("no topologies to explore: pass {name: labutils.topology.Topology}")
+        for name, topo in topologies.items():
+            if not hasattr(topo, "gpu_pairs_by_link"):
+                raise ValueError(f"{name!r} is not a labutils.topology.Topology")
+        start = next(iter(topologies)) if start is None else start
+        _check_choice("start", start, list(topologies))
+        self.topologies, self.sources = dict(topologies), dict(sources or {})
+        controls = {"name": widgets.Dropdown(options=list(topologies), value=start, description="matrix",
+                                             layout=widgets.Layout(width="60%"))}
+        super().__init__(controls, with_image=True)
+
+    def _redraw(self) -> None:
+        name = self.controls["name"].value
+        topo = self.topologies[name]
+        self.image.value = plots.figure_png(plots.topology_matrices({name: topo}))
+        pairs = "".join(f"<li>{html.escape(link)}: {len(found)} GPU pair(s)</li>"
+                        for link, found in topo.gpu_pairs_by_link().items())
+        source = f"<b>captured:</b> {html.escape(self.sources[name])}<br>" if name in self.sources else ""
+        self.readout.value = f"{source}<pre>{html.escape(topo.summary())}</pre><ul>{pairs}</ul>"
+
+
+def topology_explorer(topologies: dict, sources: dict | None = None, start: str | None = None) -> TopologyExplorer:
+    """Dashboard over parsed ``nvidia-smi topo -m`` matrices (``labutils.topology.Topology``).
+
+    ``topologies``: name -> Topology; ``sources``: name -> where it was published (shown
+    above the summary); ``start``: the name shown first. The control "name" picks a matrix;
+    the picture is ``labutils.plots.topology_matrices`` and ``.readout`` its summary in words
+    and the GPU pairs per link type.
+    """
+    return TopologyExplorer(topologies, sources, start)

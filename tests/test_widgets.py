@@ -148,3 +148,142 @@ def test_bad_starting_values_are_clear_errors():
         widgets.strategy_chooser(num_params=1e15)
     with pytest.raises(ValueError, match="intra_node must be one of nvlink, pcie"):
         widgets.strategy_chooser(intra_node="infiniband")
+
+
+# ----------------------------------------------------------------------------- all-reduce algorithms
+
+
+def slider_settings(control):
+    """(label, value) for a slider's minimum, middle and maximum, in the units of its .value."""
+    if isinstance(control, ipywidgets.FloatLogSlider):  # min and max are exponents of the base
+        low, high = control.min, control.max
+        return [("min", control.base ** low), ("middle", control.base ** ((low + high) / 2)),
+                ("max", control.base ** high)]
+    return [("min", control.min), ("middle", (control.min + control.max) // 2), ("max", control.max)]
+
+
+def test_allreduce_explorer_redraws_at_every_slider_end_without_pyplot():
+    import time
+
+    import matplotlib.pyplot as plt
+
+    start = time.perf_counter()
+    explorer = widgets.allreduce_explorer(num_ranks=8, alpha_s=50e-6, beta_s_per_byte=1e-9)
+    print(f"\nfirst draw: {time.perf_counter() - start:.3f} s")
+    assert png(explorer).startswith(PNG_SIGNATURE)
+    for name, control in explorer.controls.items():
+        for label, value in slider_settings(control):
+            start = time.perf_counter()
+            control.value = value
+            elapsed = time.perf_counter() - start
+            print(f"{name} = {value:.4g} ({label}): redraw {elapsed:.3f} s")
+            assert png(explorer).startswith(PNG_SIGNATURE), (name, label, explorer.readout.value)
+            assert "color:#b00020" not in explorer.readout.value, explorer.readout.value
+            assert "fastest at S = 8 B" in explorer.readout.value
+            assert control.value == pytest.approx(value)
+    assert plt.get_fignums() == []  # no figure left in pyplot's global state
+
+
+def test_allreduce_explorer_readout_follows_the_cost_model():
+    explorer = widgets.allreduce_explorer(num_ranks=64, alpha_s=10e-6, beta_s_per_byte=1e-10)
+    ring, doubling = explorer.times["ring"], explorer.times["recursive_doubling"]
+    assert ring[0] == pytest.approx(costmodel.collective_time("all_reduce", "ring", 8, 64, 10e-6, 1e-10))
+    first_win = next(index for index, (r, d) in enumerate(zip(ring, doubling)) if r <= d)
+    assert first_win > 0 and ring[first_win - 1] > doubling[first_win - 1]
+    assert "the ring beats recursive doubling from S =" in explorer.readout.value
+    assert "fastest at S = 8 B: recursive_doubling" in explorer.readout.value
+    explorer.controls["log2_n"].value = 1
+    assert "never beats recursive doubling" in explorer.readout.value and "at n = 2" in explorer.readout.value
+
+
+def test_allreduce_explorer_starts_from_a_fit_outside_the_slider_range():
+    explorer = widgets.allreduce_explorer(num_ranks=4, alpha_s=0.0, beta_s_per_byte=0.0)
+    assert explorer.controls["alpha_us"].value == pytest.approx(0.1)
+    assert explorer.controls["bandwidth_GBps"].value == pytest.approx(1000)
+    assert "alpha (us) = 0 lies outside the slider" in explorer.readout.value
+    assert "beta = 0 (no bandwidth term)" in explorer.readout.value
+    assert png(explorer).startswith(PNG_SIGNATURE)
+    slow = widgets.allreduce_explorer(num_ranks=4, alpha_s=5e-3, beta_s_per_byte=1e-8)  # 5 ms, 0.1 GB/s
+    assert slow.controls["alpha_us"].value == pytest.approx(1000)
+    assert "lies outside" in slow.readout.value
+    assert slow.controls["bandwidth_GBps"].value == pytest.approx(0.1)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"num_ranks": 6}, "num_ranks must be a power of two"),
+    ({"num_ranks": 8192}, "num_ranks must be between 2 and 4096"),
+    ({"num_ranks": 1}, "num_ranks must be a power of two"),
+    ({"alpha_s": float("nan")}, "alpha_s must be a finite number >= 0"),
+    ({"alpha_s": -1e-6}, "alpha_s must be a finite number >= 0"),
+    ({"beta_s_per_byte": float("inf")}, "beta_s_per_byte must be a finite number >= 0"),
+    ({"beta_s_per_byte": "fast"}, "beta_s_per_byte must be a finite number >= 0"),
+])
+def test_allreduce_explorer_bad_starting_values(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        widgets.allreduce_explorer(**kwargs)
+
+
+# ----------------------------------------------------------------------------- topology
+
+
+def test_topology_explorer_shows_the_chosen_matrix_and_its_summary():
+    from labutils import topology
+
+    shipped = {example.name: example.topology for example in topology.examples()}
+    names = list(shipped)
+    explorer = widgets.topology_explorer(shipped, {names[1]: "published in a test"}, start=names[0])
+    first = png(explorer)
+    assert first.startswith(PNG_SIGNATURE)
+    assert shipped[names[0]].summary().splitlines()[0] in explorer.readout.value
+    explorer.controls["name"].value = names[1]
+    assert png(explorer) != first and png(explorer).startswith(PNG_SIGNATURE)
+    assert "published in a test" in explorer.readout.value
+    for link, pairs in shipped[names[1]].gpu_pairs_by_link().items():
+        assert f"{link}: {len(pairs)} GPU pair(s)" in explorer.readout.value
+    with pytest.raises(ValueError, match="no topologies"):
+        widgets.topology_explorer({})
+    with pytest.raises(ValueError, match="start must be one of"):
+        widgets.topology_explorer(shipped, start="DGX-9")
+
+
+# ----------------------------------------------------------------------------- any figure
+
+
+def test_figure_explorer_draws_what_the_function_returns():
+    from labutils import plots
+
+    calls = []
+
+    def draw(n, scale):
+        calls.append((n, scale))
+        ranks = [2, 4, 8, 16]
+        figure = plots.busbw_factor_curves(ranks, {"scaled": [scale * (r - 1) / r for r in ranks]}, world_size=n)
+        return figure, f"n = {n}, scale = {scale:g}"
+
+    explorer = widgets.figure_explorer(
+        draw, n=ipywidgets.IntSlider(value=4, min=2, max=16),
+        scale=ipywidgets.FloatLogSlider(value=1.0, base=10, min=-1, max=1))
+    assert calls == [(4, 1.0)]
+    assert png(explorer).startswith(PNG_SIGNATURE) and "n = 4, scale = 1" in explorer.readout.value
+    first = png(explorer)
+    explorer.controls["scale"].value = 10.0
+    assert calls[-1] == (4, 10.0) and png(explorer) != first and "scale = 10" in explorer.readout.value
+
+
+def test_figure_explorer_text_only_and_errors():
+    def describe(x):
+        if x > 5:
+            raise ValueError("x above 5 is not modelled")
+        return f"x = {x}"
+
+    explorer = widgets.figure_explorer(describe, x=ipywidgets.FloatSlider(value=1.0, min=0.0, max=10.0))
+    assert png(explorer) == b"" and explorer.image.layout.display == "none"
+    assert "<pre>x = 1.0</pre>" in explorer.readout.value
+    explorer.controls["x"].value = 7.0
+    assert "x above 5 is not modelled" in explorer.readout.value and "color:#b00020" in explorer.readout.value
+    explorer.controls["x"].value = float("nan")  # what a broken front end could send
+    assert "x = nan is not a number between 0 and 10" in explorer.readout.value
+    with pytest.raises(ValueError, match="draw must be a function"):
+        widgets.figure_explorer("plot", x=ipywidgets.IntSlider())
+    with pytest.raises(ValueError, match="controls must be ipywidgets"):
+        widgets.figure_explorer(describe, x=3)

@@ -50,6 +50,21 @@ from labutils.plots.gpu_architecture import (
     thread_block_map,
     torus_hop_distribution,
 )
+from labutils.plots.interconnects import (
+    copy_bandwidth,
+    link_ladder,
+    numa_layout,
+    ping_pong,
+    ring_time_by_link,
+    topology_matrices,
+)
+from labutils.plots.collectives import (
+    algorithm_times,
+    busbw_factor_curves,
+    collective_buffers,
+    collective_fits,
+    time_comparison_bars,
+)
 
 __all__ = [
     "GB",
@@ -86,4 +101,15 @@ __all__ = [
     "systolic_wavefront",
     "thread_block_map",
     "torus_hop_distribution",
+    "copy_bandwidth",
+    "link_ladder",
+    "numa_layout",
+    "ping_pong",
+    "ring_time_by_link",
+    "topology_matrices",
+    "algorithm_times",
+    "busbw_factor_curves",
+    "collective_buffers",
+    "collective_fits",
+    "time_comparison_bars",
 ]
