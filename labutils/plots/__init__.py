@@ -18,12 +18,20 @@ from labutils.plots.base import GB, CourseFigure, figure_png, format_bytes_binar
 from labutils.plots.bandwidth import bandwidth_vs_size
 from labutils.plots.roofline_chart import roofline
 from labutils.plots.pipeline import pipeline_gantt
-from labutils.plots.memory import zero_memory_bars
-from labutils.plots.communication import comm_volume_bars
+from labutils.plots.memory import (bytes_per_parameter_bars, offload_costs, optimizer_state_per_rank,
+                                   zero_memory_bars)
+from labutils.plots.communication import (allreduce_time_comparison, busbw_with_model, comm_volume_bars,
+                                          zero_comm_measured)
+from labutils.plots.data_parallel import (bucket_counts, bucket_timeline, loss_agreement, sampler_orders,
+                                          scaling_with_model, step_time_breakdown)
 from labutils.plots.scaling import scaling_efficiency
 
 __all__ = [
     "GB", "CourseFigure", "figure_png", "format_bytes_binary",
     "bandwidth_vs_size", "roofline", "pipeline_gantt", "zero_memory_bars", "comm_volume_bars",
     "scaling_efficiency",
+    "bytes_per_parameter_bars", "offload_costs", "optimizer_state_per_rank",
+    "allreduce_time_comparison", "busbw_with_model", "zero_comm_measured",
+    "bucket_counts", "bucket_timeline", "loss_agreement", "sampler_orders", "scaling_with_model",
+    "step_time_breakdown",
 ]
