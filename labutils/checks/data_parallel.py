@@ -28,8 +28,11 @@ def number_or_message(answer, unit: str) -> tuple[float | None, str | None]:
     return float(answer), None
 
 
-def _close(value: float, target: float, rel_tol: float = 1e-3) -> bool:
-    return math.isclose(value, target, rel_tol=rel_tol)
+def first_match(value: float, verdicts: list[tuple[float, str]], rel_tol: float, otherwise: str) -> str:
+    """The message of the first (number, message) pair whose number ``value`` equals within
+    ``rel_tol`` (the right answer first, then the named mistakes), else ``otherwise``."""
+    return next((message for number, message in verdicts if math.isclose(value, number, rel_tol=rel_tol)),
+                otherwise)
 
 
 # Exercise 1: a model of 1.3e9 parameters, bf16 gradients, ring all-reduce over 8 GPUs.
@@ -43,19 +46,15 @@ def ring_allreduce_bytes_verdict(answer) -> str:
         return message
     buffer = _EX1_PARAMS * _EX1_BYTES_PER_GRAD
     expected = costmodel.ring_bytes_per_rank("all_reduce", buffer, _EX1_GPUS)
-    if _close(value, expected):
-        return f"correct: 2(n-1)/n x S = 2 x 7/8 x {buffer:.3g} B = {expected:.4g} B"
-    if _close(value, expected / 2):
-        return ("half the answer: either you used the all-gather factor (n-1)/n (an all-reduce is a "
-                "reduce-scatter plus an all-gather: 2(n-1)/n), or you counted parameters, not bytes "
-                "(bf16: 2 bytes each)")
-    if _close(value, 2 * buffer):
-        return "that is the n -> infinity limit 2S; with n = 8 the ring moves 2(n-1)/n x S"
-    if _close(value, 2 * expected):
-        return "bf16 gradients are 2 bytes each, not 4"
-    if _close(value, expected * _EX1_GPUS):
-        return "that is the traffic summed over all 8 GPUs; the question asks for one GPU"
-    return f"not quite: a ring all-reduce moves 2(n-1)/n x S per GPU, with S = {buffer:.3g} bytes of gradients"
+    return first_match(value, [
+        (expected, f"correct: 2(n-1)/n x S = 2 x 7/8 x {buffer:.3g} B = {expected:.4g} B"),
+        (expected / 2, "half the answer: either you used the all-gather factor (n-1)/n (an all-reduce is a "
+                       "reduce-scatter plus an all-gather: 2(n-1)/n), or you counted parameters, not bytes "
+                       "(bf16: 2 bytes each)"),
+        (2 * buffer, "that is the n -> infinity limit 2S; with n = 8 the ring moves 2(n-1)/n x S"),
+        (2 * expected, "bf16 gradients are 2 bytes each, not 4"),
+        (expected * _EX1_GPUS, "that is the traffic summed over all 8 GPUs; the question asks for one GPU"),
+    ], 1e-3, f"not quite: a ring all-reduce moves 2(n-1)/n x S per GPU, with S = {buffer:.3g} bytes of gradients")
 
 
 def ring_allreduce_bytes(answer) -> None:
@@ -73,15 +72,12 @@ def scaling_efficiency_verdict(answer) -> str:
     if message:
         return message
     expected = costmodel.scaling_efficiency(_EX2_MEASURED, _EX2_GPUS, _EX2_SINGLE)
-    if _close(value, expected):
-        return f"correct: 2952 / (8 x 410) = {expected:.3f}"
-    if _close(value, 1 / expected):
-        return "upside down: efficiency = actual / (d x single), which cannot exceed 1 here"
-    if _close(value, 100 * expected):
-        return "right number, wrong unit: give a fraction (0.9), not a percentage"
-    if _close(value, _EX2_MEASURED / _EX2_SINGLE):
-        return "that is the speed-up; divide it by the number of GPUs to get the efficiency"
-    return "not quite: efficiency = throughput on d GPUs / (d x throughput on one GPU)"
+    return first_match(value, [
+        (expected, f"correct: 2952 / (8 x 410) = {expected:.3f}"),
+        (1 / expected, "upside down: efficiency = actual / (d x single), which cannot exceed 1 here"),
+        (100 * expected, "right number, wrong unit: give a fraction (0.9), not a percentage"),
+        (_EX2_MEASURED / _EX2_SINGLE, "that is the speed-up; divide it by the number of GPUs to get the efficiency"),
+    ], 1e-3, "not quite: efficiency = throughput on d GPUs / (d x throughput on one GPU)")
 
 
 def scaling_efficiency(answer) -> None:

@@ -13,13 +13,10 @@ from __future__ import annotations
 import math
 
 from labutils import costmodel, roofline
-from labutils.checks.data_parallel import NOT_ANSWERED, number_or_message
+from labutils.checks.data_parallel import NOT_ANSWERED, first_match, number_or_message
 
 _MAX_GPUS = 1 << 20
-
-
-def _close(value: float, target: float) -> bool:
-    return math.isclose(value, target, rel_tol=5e-3)
+_REL_TOL = 5e-3  # answers given to three significant figures pass
 
 
 # Exercise 1: 13e9 parameters, ZeRO stage 2, 16 GPUs.
@@ -33,17 +30,16 @@ def stage2_memory_verdict(answer) -> str:
         return message
     by_stage = {row.stage: row.total / 1e9 for row in costmodel.zero_memory_table(_EX1_PARAMS, _EX1_GPUS)}
     expected = by_stage[2]
-    if _close(value, expected):
-        return f"correct: 2N + 14N/d = 26 + {14 * 13 / 16:g} = {expected:.2f} GB"
-    for stage, total in by_stage.items():
-        if _close(value, total):
-            return (f"that is stage {stage} ({'DDP' if stage == 0 else 'ZeRO-' + str(stage)}); stage 2 shards the "
-                    "optimizer states and the gradients, not the 2N bytes of fp16 parameters")
-    if _close(value, expected * 1e9 / 2**30):
-        return "right bytes in GiB (2^30); the course uses GB = 1e9 bytes"
-    if _close(value, 14 * _EX1_PARAMS / _EX1_GPUS / 1e9):
-        return "you sharded gradients and optimizer states (14N/d) but forgot the unsharded fp16 parameters (2N)"
-    return "not quite: stage 2 keeps 2N bytes of parameters plus (2 + 12)N/d of gradients and optimizer states"
+    wrong_stages = [(total, f"that is stage {stage} ({'DDP' if stage == 0 else 'ZeRO-' + str(stage)}); stage 2 "
+                            "shards the optimizer states and the gradients, not the 2N bytes of fp16 parameters")
+                    for stage, total in by_stage.items() if stage != 2]
+    return first_match(value, [
+        (expected, f"correct: 2N + 14N/d = 26 + {14 * 13 / 16:g} = {expected:.2f} GB"),
+        *wrong_stages,
+        (expected * 1e9 / 2**30, "right bytes in GiB (2^30); the course uses GB = 1e9 bytes"),
+        (14 * _EX1_PARAMS / _EX1_GPUS / 1e9,
+         "you sharded gradients and optimizer states (14N/d) but forgot the unsharded fp16 parameters (2N)"),
+    ], _REL_TOL, "not quite: stage 2 keeps 2N bytes of parameters plus (2 + 12)N/d of gradients and optimizer states")
 
 
 def stage2_memory(answer) -> None:
@@ -99,17 +95,15 @@ def stage3_traffic_verdict(answer) -> str:
     if message:
         return message
     expected = costmodel.zero_comm_bytes(_EX3_PARAMS, _EX3_GPUS, 3, bytes_per_value=_EX3_BYTES) / 1e9
-    if _close(value, expected):
-        return f"correct: 3 x (d-1)/d x N x 2 bytes = {expected:.2f} GB"
-    if _close(value, costmodel.zero_comm_bytes(_EX3_PARAMS, _EX3_GPUS, 2, bytes_per_value=_EX3_BYTES) / 1e9):
-        return "that is DDP or stages 1-2 (2N); stage 3 all-gathers the parameters again in backward: 3 passes"
-    if _close(value, 3 * _EX3_PARAMS * _EX3_BYTES / 1e9):
-        return "that is the d -> infinity limit 3N; each ring pass moves (d-1)/d of the buffer, 63/64 here"
-    if _close(value, expected / _EX3_BYTES):
-        return "count bytes, not parameters: bf16 is 2 bytes per value"
-    if _close(value, expected * _EX3_GPUS):
-        return "that is the traffic summed over all 64 GPUs; the step time depends on one GPU's share"
-    return "not quite: stage 3 makes three ring passes over the parameter bytes, each (d-1)/d of them"
+    stage_2 = costmodel.zero_comm_bytes(_EX3_PARAMS, _EX3_GPUS, 2, bytes_per_value=_EX3_BYTES) / 1e9
+    return first_match(value, [
+        (expected, f"correct: 3 x (d-1)/d x N x 2 bytes = {expected:.2f} GB"),
+        (stage_2, "that is DDP or stages 1-2 (2N); stage 3 all-gathers the parameters again in backward: 3 passes"),
+        (3 * _EX3_PARAMS * _EX3_BYTES / 1e9,
+         "that is the d -> infinity limit 3N; each ring pass moves (d-1)/d of the buffer, 63/64 here"),
+        (expected / _EX3_BYTES, "count bytes, not parameters: bf16 is 2 bytes per value"),
+        (expected * _EX3_GPUS, "that is the traffic summed over all 64 GPUs; the step time depends on one GPU's share"),
+    ], _REL_TOL, "not quite: stage 3 makes three ring passes over the parameter bytes, each (d-1)/d of them")
 
 
 def stage3_traffic(answer) -> None:
