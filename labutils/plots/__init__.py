@@ -25,8 +25,18 @@ from labutils.plots.roofline_chart import (
     time_share_bars,
 )
 from labutils.plots.pipeline import pipeline_gantt
-from labutils.plots.memory import zero_memory_bars
-from labutils.plots.communication import comm_volume_bars
+from labutils.plots.memory import (
+    zero_memory_bars,
+    bytes_per_parameter_bars,
+    offload_costs,
+    optimizer_state_per_rank,
+)
+from labutils.plots.communication import (
+    comm_volume_bars,
+    allreduce_time_comparison,
+    busbw_with_model,
+    zero_comm_measured,
+)
 from labutils.plots.scaling import scaling_efficiency
 from labutils.plots.metrics import (
     busy_vs_useful,
@@ -65,6 +75,14 @@ from labutils.plots.collectives import (
     collective_fits,
     time_comparison_bars,
 )
+from labutils.plots.data_parallel import (
+    bucket_counts,
+    bucket_timeline,
+    loss_agreement,
+    sampler_orders,
+    scaling_with_model,
+    step_time_breakdown,
+)
 
 __all__ = [
     "GB",
@@ -79,7 +97,13 @@ __all__ = [
     "time_share_bars",
     "pipeline_gantt",
     "zero_memory_bars",
+    "bytes_per_parameter_bars",
+    "offload_costs",
+    "optimizer_state_per_rank",
     "comm_volume_bars",
+    "allreduce_time_comparison",
+    "busbw_with_model",
+    "zero_comm_measured",
     "scaling_efficiency",
     "busy_vs_useful",
     "communication_efficiency",
@@ -112,4 +136,10 @@ __all__ = [
     "collective_buffers",
     "collective_fits",
     "time_comparison_bars",
+    "bucket_counts",
+    "bucket_timeline",
+    "loss_agreement",
+    "sampler_orders",
+    "scaling_with_model",
+    "step_time_breakdown",
 ]
