@@ -32,14 +32,14 @@ def test_expert_load_bars_capacities_and_drops():
 
 
 def test_aux_loss_vs_skew_two_axes():
-    fig = plots.aux_loss_vs_skew([0, 1, 2], [0.01, 0.012, 0.02], [0.0, 0.05, 0.3], alpha=0.01, capacity_factor=1.25)
+    fig = plots.aux_loss_vs_skew([0, 1, 2], [0.01, 0.012, 0.02], [0.0, 0.05, 0.3], coefficient=0.01, capacity_factor=1.25)
     left, right = fig.axes
     assert list(left.get_lines()[0].get_ydata()) == [0.01, 0.012, 0.02]
     assert list(right.get_lines()[0].get_ydata()) == pytest.approx([0, 5, 30])
     assert "(%)" in right.get_ylabel()
-    assert any("alpha = 0.01" in t for t in legend_texts(left))
+    assert any("λ = 0.01" in t for t in legend_texts(left))
     with pytest.raises(ValueError, match="between 0 and 1"):
-        plots.aux_loss_vs_skew([0, 1], [0.01, 0.02], [0, 30], alpha=0.01, capacity_factor=1.25)
+        plots.aux_loss_vs_skew([0, 1], [0.01, 0.02], [0, 30], coefficient=0.01, capacity_factor=1.25)
 
 
 def test_all_to_all_matrix_numbers_every_cell():
@@ -77,5 +77,6 @@ def test_scaling_against_model_marks_the_model():
     assert bars == pytest.approx([100, 75])
     marker = efficiency.get_lines()[-1]
     assert list(marker.get_ydata()) == pytest.approx([90]) and marker.get_label() == "model: t_1/N + t_ar"
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == ["model: t_1/N + t_ar"]
     with pytest.raises(ValueError, match="one to three"):
         plots.scaling_against_model([1, 2], [100.0, 150.0], {})

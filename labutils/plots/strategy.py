@@ -47,16 +47,19 @@ def expert_load(assignments: Sequence[int], capacities: Sequence[tuple[float, in
 
 
 def aux_loss_vs_skew(skews: Sequence[float], aux_losses: Sequence[float], dropped_fractions: Sequence[float],
-                     *, alpha: float, capacity_factor: float) -> Figure:
+                     *, coefficient: float, capacity_factor: float) -> Figure:
     """The load-balancing loss (left axis) and the share of assignments dropped at one
-    capacity factor (right axis, %) as a router favours a few experts more and more."""
+    capacity factor (right axis, %) as a router favours a few experts more and more.
+    ``coefficient`` is the loss's weight (lambda; the Switch paper's alpha), the value of
+    the loss under uniform routing, drawn as a dotted line."""
     _require(len(skews) >= 2 and len(skews) == len(aux_losses) == len(dropped_fractions),
              "pass at least two skews and one loss and one dropped fraction per skew")
     _require(all(0 <= d <= 1 for d in dropped_fractions), "dropped fractions lie between 0 and 1")
     fig = CourseFigure(figsize=(7.5, 4.2), layout="constrained")
     ax = fig.add_subplot()
     ax.plot(skews, aux_losses, "o-", color="#4c72b0", label="load-balancing loss")
-    ax.axhline(alpha, color="#4c72b0", linestyle=":", label=f"alpha = {alpha:g}: the loss of uniform routing")
+    ax.axhline(coefficient, color="#4c72b0", linestyle=":",
+               label=f"λ = {coefficient:g}: the loss of uniform routing")
     ax.set_xlabel("router skew (how strongly low-numbered experts are favoured)")
     ax.set_ylabel("auxiliary loss (dimensionless)")
     right = ax.twinx()
@@ -142,5 +145,6 @@ def scaling_against_model(counts: Sequence[int], throughputs: Sequence[float],
         efficiency_axes.plot([last + 0.38], [100 * efficiency], marker, ms=7, label=label)
     top = max(efficiency_axes.get_ylim()[1], 115 * max(model_efficiencies.values()))
     efficiency_axes.set_ylim(0, top)
-    efficiency_axes.legend(loc="lower left", fontsize=8)
+    handles, labels = efficiency_axes.get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower right", fontsize=8, ncols=len(handles), frameon=False)
     return fig
