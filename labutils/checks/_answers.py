@@ -1,6 +1,6 @@
 """What the parallelism chapters' self-checks share: reading a student's answer.
 
-Each helper returns the one-line message for an answer that is not a usable value yet
+Each function returns the one-line message for an answer that is not a usable value yet
 (None, text, a percentage where a fraction is asked), or None when the answer can be judged.
 """
 from __future__ import annotations
