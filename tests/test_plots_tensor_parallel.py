@@ -55,6 +55,12 @@ def test_collective_time_fit_in_microseconds():
     assert list(model.get_ydata()) == pytest.approx([110, 210, 900])
     assert "microseconds" in ax.get_ylabel() and "bytes" in ax.get_xlabel()
     assert "1 MiB" in [t.get_text() for t in ax.get_xticklabels()]
+    fig.canvas.draw()
+    minor = [t.get_text() for t in ax.yaxis.get_ticklabels(minor=True) if t.get_text()]
+    assert minor and {label[0] for label in minor} <= {"2", "5"}              # no crowded 300, 400, ...
+    wide = plots.collective_time_fit([1, 2], [1e-6, 1e-2], [1e-6, 1e-2], title="four decades")
+    wide.canvas.draw()
+    assert not [t.get_text() for t in wide.axes[0].yaxis.get_ticklabels(minor=True) if t.get_text()]
     with pytest.raises(ValueError, match="> 0"):
         plots.collective_time_fit([0, 1], [1, 1], [1, 1], title="x")
     with pytest.raises(ValueError, match="one entry per size"):

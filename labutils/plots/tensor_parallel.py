@@ -8,11 +8,12 @@ bytes in GB = 1e9 B.
 """
 from __future__ import annotations
 
+import math
 from typing import Mapping, Sequence
 
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
-from matplotlib.ticker import FuncFormatter
+from matplotlib.ticker import FuncFormatter, NullFormatter
 
 from labutils.plots.base import GB, CourseFigure, _plain_number, _require, _set_bytes_axis
 
@@ -103,12 +104,19 @@ def collective_time_fit(sizes_bytes: Sequence[float], times_s: Sequence[float],
     ax.set_xscale("log", base=2)
     _set_bytes_axis(ax.xaxis, sizes_bytes, max_ticks=8)
     ax.yaxis.set_major_formatter(FuncFormatter(_plain_number))
-    ax.yaxis.set_minor_formatter(FuncFormatter(_plain_number))
+    decades = math.log10(max(max(times_s), max(fitted_s)) / min(min(times_s), min(fitted_s)))
+    ax.yaxis.set_minor_formatter(FuncFormatter(_two_and_five) if decades < 2.5 else NullFormatter())
     ax.set_xlabel("buffer size (bytes)")
     ax.set_ylabel("time per call (microseconds)")
     ax.set_title(title, fontsize=10)
     ax.legend()
     return fig
+
+
+def _two_and_five(value: float, _pos=None) -> str:
+    """Minor log-tick label only at 2 and 5 times a power of ten (2, 50, 500, ...), else none."""
+    leading = value / 10 ** math.floor(math.log10(value)) if value > 0 else 0
+    return _plain_number(value) if round(leading, 6) in (2.0, 5.0) else ""
 
 
 def tp_layer_times(degrees: Sequence[int], times_by_link: Mapping[str, tuple[Sequence[float], Sequence[float]]],
