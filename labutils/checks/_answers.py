@@ -49,3 +49,13 @@ def bytes_unit_problem(answer: float, expected: float) -> str | None:
         if close(answer * scale, expected):
             return f"right amount, wrong unit: give bytes, not {unit} ({answer} {unit} = {answer * scale:,.0f} bytes)"
     return None
+
+
+def first_match(answer: float, candidates, otherwise: str, rel_tol: float = 0.01) -> str:
+    """The message of the first (value, message) pair whose value ``answer`` equals within
+    ``rel_tol`` (0 for whole numbers: exactly), else ``otherwise``. The right answer comes
+    first, each named mistake after it."""
+    for value, message in candidates:
+        if math.isclose(answer, value, rel_tol=rel_tol):
+            return message
+    return otherwise

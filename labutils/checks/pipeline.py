@@ -6,7 +6,7 @@ p is the number of stages, m the microbatches per step (``labutils.schedules``).
 """
 from __future__ import annotations
 
-from labutils.checks._answers import close, fraction_problem, whole_number_problem
+from labutils.checks._answers import first_match, fraction_problem, whole_number_problem
 
 #: exercise 1 and 2: stages and microbatches
 BUBBLE_CASE = dict(p=8, m=32)
@@ -24,16 +24,13 @@ def _gpipe_bubble_verdict(answer) -> str:
 
     p, m = BUBBLE_CASE["p"], BUBBLE_CASE["m"]
     formula = schedules.bubble_formula("gpipe", p, m)
-    problem = fraction_problem(answer)
-    if problem:
-        return problem
-    if close(answer, formula["of_total"]):
-        return f"correct: (p-1)/(m+p-1) = {p - 1}/{m + p - 1} = {formula['of_total']:.3f}"
-    if close(answer, formula["relative_to_ideal"]):
-        return "that is (p-1)/m, the bubble relative to the ideal time; of the total step it is (p-1)/(m+p-1)"
-    if close(answer, (p - 1) / p):
-        return "that is the naive bubble with a single batch; microbatches fill the pipeline"
-    return "not quite: count the idle slots of one stage (fill + drain) against all its slots"
+    return fraction_problem(answer) or first_match(
+        answer,
+        [(formula["of_total"], f"correct: (p-1)/(m+p-1) = {p - 1}/{m + p - 1} = {formula['of_total']:.3f}"),
+         (formula["relative_to_ideal"], "that is (p-1)/m, the bubble relative to the ideal time; "
+                                        "of the total step it is (p-1)/(m+p-1)"),
+         ((p - 1) / p, "that is the naive bubble with a single batch; microbatches fill the pipeline")],
+        "not quite: count the idle slots of one stage (fill + drain) against all its slots")
 
 
 def first_stage_in_flight(answer) -> None:
@@ -46,19 +43,14 @@ def _first_stage_in_flight_verdict(answer) -> str:
 
     p, m = BUBBLE_CASE["p"], BUBBLE_CASE["m"]
     expected = schedules.simulate(schedules.build_schedule("1f1b", p, m)).peak_in_flight()[0]
-    problem = whole_number_problem(answer, "a whole number of microbatches")
-    if problem:
-        return problem
-    if answer == expected:
-        return (f"correct: the first stage runs p - 1 = {p - 1} warm-up forwards and one more "
-                f"before its first backward: {expected}")
-    if answer == m:
-        return "that is GPipe, which finishes all m forwards first; 1F1B starts backwards early"
-    if answer == p - 1:
-        return "one short: the warm-up is p - 1 forwards, then one more forward before the first backward frees one"
-    if answer == 1:
-        return "that is the last stage; the first stage must fill the pipeline"
-    return "not quite: under 1F1B the first stage holds at most p microbatches, whatever m is"
+    return whole_number_problem(answer, "a whole number of microbatches") or first_match(
+        answer,
+        [(expected, f"correct: the first stage runs p - 1 = {p - 1} warm-up forwards and one more "
+                    f"before its first backward: {expected}"),
+         (m, "that is GPipe, which finishes all m forwards first; 1F1B starts backwards early"),
+         (p - 1, "one short: the warm-up is p - 1 forwards, then one more forward before the first backward frees one"),
+         (1, "that is the last stage; the first stage must fill the pipeline")],
+        "not quite: under 1F1B the first stage holds at most p microbatches, whatever m is", rel_tol=0)
 
 
 def messages_per_step(answer) -> None:
@@ -72,15 +64,11 @@ def _messages_per_step_verdict(answer) -> str:
     p, m = MESSAGES_CASE["p"], MESSAGES_CASE["m"]
     expected = costmodel.comm_volume("pp", hidden=1, seq_len=1, micro_batch_size=1, num_microbatches=m,
                                      pp_size=p).group_calls_per_step
-    problem = whole_number_problem(answer, "a whole number of messages")
-    if problem:
-        return problem
-    if answer == expected:
-        return f"correct: 2 m (p-1) = {expected}: each of the p-1 boundaries carries m activations and m gradients"
-    if answer == expected // 2:
-        return "you counted one direction only: gradients travel back across every boundary too"
-    if answer == 2 * m * p:
-        return "there are p-1 boundaries between p stages, not p"
-    if answer == 2 * m:
-        return "that is what one interior stage sends; the question asks for the whole pipeline"
-    return "not quite: messages = boundaries x microbatches x 2 directions"
+    return whole_number_problem(answer, "a whole number of messages") or first_match(
+        answer,
+        [(expected, f"correct: 2 m (p-1) = {expected}: each of the p-1 boundaries carries m activations "
+                    "and m gradients"),
+         (expected // 2, "you counted one direction only: gradients travel back across every boundary too"),
+         (2 * m * p, "there are p-1 boundaries between p stages, not p"),
+         (2 * m, "that is what one interior stage sends; the question asks for the whole pipeline")],
+        "not quite: messages = boundaries x microbatches x 2 directions", rel_tol=0)

@@ -5,7 +5,9 @@
 """
 from __future__ import annotations
 
-from labutils.checks._answers import bytes_unit_problem, close, number_problem, whole_number_problem
+from labutils.checks._answers import (
+    bytes_unit_problem, close, first_match, number_problem, whole_number_problem,
+)
 
 #: exercise 1: B tokens routed top-k over E experts
 CAPACITY_CASE = dict(tokens=4096, top_k=2, num_experts=64, capacity_factor=1.25)
@@ -26,18 +28,15 @@ def _expert_capacity_verdict(answer) -> str:
     from labutils import costmodel
 
     case = CAPACITY_CASE
-    expected = costmodel.expert_capacity(**case)
-    problem = whole_number_problem(answer, "a whole number of token assignments (C is rounded up: ceil)")
-    if problem:
-        return problem
-    if answer == expected:
-        return (f"correct: ceil(B k / E x c) = ceil({case['tokens']} x {case['top_k']} / "
-                f"{case['num_experts']} x {case['capacity_factor']}) = {expected}")
-    if answer == costmodel.expert_capacity(case["tokens"], case["num_experts"], 1, case["capacity_factor"]):
-        return "you used B instead of B k: with top-2 routing the B tokens make 2B assignments to share"
-    if answer == costmodel.expert_capacity(case["tokens"], case["num_experts"], case["top_k"], 1.0):
-        return f"you left out the capacity factor ({case['capacity_factor']})"
-    return "not quite: C = ceil(B k / E x c), c the capacity factor"
+    tokens, experts, top_k, factor = case["tokens"], case["num_experts"], case["top_k"], case["capacity_factor"]
+    expected = costmodel.expert_capacity(tokens, experts, top_k, factor)
+    return whole_number_problem(answer, "a whole number of token assignments (C is rounded up: ceil)") or first_match(
+        answer,
+        [(expected, f"correct: ceil(B k / E x c) = ceil({tokens} x {top_k} / {experts} x {factor}) = {expected}"),
+         (costmodel.expert_capacity(tokens, experts, 1, factor),
+          "you used B instead of B k: with top-2 routing the B tokens make 2B assignments to share"),
+         (costmodel.expert_capacity(tokens, experts, top_k, 1.0), f"you left out the capacity factor ({factor})")],
+        "not quite: C = ceil(B k / E x c), c the capacity factor", rel_tol=0)
 
 
 def _coordinates(rank: int, tp: int, dp: int, pp: int) -> tuple[int, int, int]:
@@ -63,10 +62,10 @@ def _rank_coordinates_verdict(answer) -> str:
         return f"correct: tp = rank mod t, dp = (rank // t) mod d, pp = rank // (t d): {expected}"
     if answer == tuple(reversed(expected)):
         return "right numbers, reversed order: give (tp_rank, dp_rank, pp_rank)"
-    if answer[0] == expected[0] and answer[2] == (case["rank"] // case["tp"]) % case["pp"]:
-        return "the pipeline rank is the slowest index: rank // (t x d), not (rank // t) mod p"
     if answer[0] != expected[0]:
         return "the tensor-parallel rank is the fastest index: rank mod t"
+    if answer[2] == (case["rank"] // case["tp"]) % case["pp"]:
+        return "the pipeline rank is the slowest index: rank // (t x d), not (rank // t) mod p"
     return "not quite: tp_rank = rank mod t, dp_rank = (rank // t) mod d, pp_rank = rank // (t x d)"
 
 
@@ -83,18 +82,14 @@ def _dp_traffic_verdict(answer) -> str:
     expected = costmodel.comm_volume("dp", params=case["params"], tp_size=case["tp"], pp_size=case["pp"],
                                      dp_size=d).bytes_per_step
     whole_model = costmodel.comm_volume("dp", params=case["params"], dp_size=d).bytes_per_step
-    problem = number_problem(answer, "a number of bytes") or bytes_unit_problem(answer, expected)
-    if problem:
-        return problem
-    if close(answer, expected):
-        return f"correct: 2(d-1)/d x N/(t p) x 2 bytes = {expected / 1e9:.2f} GB"
-    if close(answer, whole_model):
-        return "each GPU holds only 1/(t p) of the parameters: it all-reduces only those gradients"
-    if close(answer, expected / 2):
-        return "an all-reduce sends 2(d-1)/d of the buffer, not (d-1)/d"
-    if close(answer, expected * d / (d - 1)):
-        return f"close: that is the large-d limit 2 x buffer; at d = {d} the ring sends 2 x {d - 1}/{d} of it"
-    return "not quite: the buffer is N / (t p) values of 2 bytes; a ring all-reduce sends 2(d-1)/d of it"
+    return number_problem(answer, "a number of bytes") or bytes_unit_problem(answer, expected) or first_match(
+        answer,
+        [(expected, f"correct: 2(d-1)/d x N/(t p) x 2 bytes = {expected / 1e9:.2f} GB"),
+         (whole_model, "each GPU holds only 1/(t p) of the parameters: it all-reduces only those gradients"),
+         (expected / 2, "an all-reduce sends 2(d-1)/d of the buffer, not (d-1)/d"),
+         (expected * d / (d - 1), f"close: that is the large-d limit 2 x buffer; at d = {d} the ring sends "
+                                  f"2 x {d - 1}/{d} of it")],
+        "not quite: the buffer is N / (t p) values of 2 bytes; a ring all-reduce sends 2(d-1)/d of it")
 
 
 def dropped_assignments(answer) -> None:
@@ -106,26 +101,25 @@ def _dropped_assignments_verdict(answer) -> str:
     from labutils import costmodel
 
     case = DROP_CASE
-    loads, experts = case["assignments"], len(case["assignments"])
+    loads, experts, factor = case["assignments"], len(case["assignments"]), case["capacity_factor"]
 
-    def dropped(top_k: int, factor: float) -> int:
-        capacity = costmodel.expert_capacity(case["tokens"], experts, top_k, factor)
-        return sum(max(load - capacity, 0) for load in loads)
+    def capacity(top_k: int, capacity_factor: float) -> int:
+        return costmodel.expert_capacity(case["tokens"], experts, top_k, capacity_factor)
 
-    expected = dropped(case["top_k"], case["capacity_factor"])
+    def dropped(top_k: int, capacity_factor: float) -> int:
+        return sum(max(load - capacity(top_k, capacity_factor), 0) for load in loads)
+
+    expected, right_capacity = dropped(case["top_k"], factor), capacity(case["top_k"], factor)
     problem = whole_number_problem(answer, "a whole number of token assignments")
     if problem:
-        if number_problem(answer) is None and close(answer, expected / sum(loads)):
-            return "that is the share of the assignments dropped: give their number"
-        return problem
-    capacity = costmodel.expert_capacity(case["tokens"], experts, case["top_k"], case["capacity_factor"])
-    if answer == expected:
-        return (f"correct: C = ceil(B k / E x c) = {capacity}; only the experts above C drop, "
-                f"and only their overflow: {expected}")
-    if answer == dropped(1, case["capacity_factor"]):
-        return "you computed C from B instead of B k: with top-2 routing the B tokens make 2B assignments"
-    if answer == dropped(case["top_k"], 1.0):
-        return f"you left out the capacity factor ({case['capacity_factor']}) when computing C"
-    if answer == sum(load for load in loads if load > capacity):
-        return "an expert over capacity still takes its first C assignments: only the overflow beyond C is dropped"
-    return "not quite: compute C = ceil(B k / E x c), then add up max(load - C, 0) over the experts"
+        is_share = number_problem(answer) is None and close(answer, expected / sum(loads))
+        return "that is the share of the assignments dropped: give their number" if is_share else problem
+    return first_match(
+        answer,
+        [(expected, f"correct: C = ceil(B k / E x c) = {right_capacity}; only the experts above C drop, "
+                    f"and only their overflow: {expected}"),
+         (dropped(1, factor), "you computed C from B instead of B k: with top-2 routing the B tokens make 2B assignments"),
+         (dropped(case["top_k"], 1.0), f"you left out the capacity factor ({factor}) when computing C"),
+         (sum(load for load in loads if load > right_capacity),
+          "an expert over capacity still takes its first C assignments: only the overflow beyond C is dropped")],
+        "not quite: compute C = ceil(B k / E x c), then add up max(load - C, 0) over the experts", rel_tol=0)
