@@ -132,7 +132,7 @@ def scaling_against_model(counts: Sequence[int], throughputs: Sequence[float],
                           model_efficiencies: Mapping[str, float], *, throughput_unit: str = "samples/s",
                           unit: str = "ranks", title: str | None = None) -> Figure:
     """``plots.scaling_efficiency`` with a model's efficiency at the largest count marked
-    beside its bar: ``model_efficiencies`` maps a label ("model: t_1/N + t_all-reduce") to a
+    beside its bar: ``model_efficiencies`` maps a label ("model: T_1/n + T_all-reduce") to a
     fraction (1.0 = linear), one marker each."""
     from labutils.plots.scaling import scaling_efficiency
 
