@@ -24,7 +24,7 @@ from labutils.plots.roofline_chart import (
     rooflines_compared,
     time_share_bars,
 )
-from labutils.plots.pipeline import pipeline_gantt
+from labutils.plots.pipeline import pipeline_gantt, bubble_vs_microbatches, in_flight_bars
 from labutils.plots.memory import (
     zero_memory_bars,
     bytes_per_parameter_bars,
@@ -83,6 +83,21 @@ from labutils.plots.data_parallel import (
     scaling_with_model,
     step_time_breakdown,
 )
+from labutils.plots.tensor_parallel import (
+    activation_memory_vs_tp,
+    allreduce_counts,
+    collective_time_fit,
+    step_time_parts,
+    tp_layer_times,
+    tp_sharding,
+)
+from labutils.plots.strategy import (
+    aux_loss_vs_skew,
+    all_to_all_matrix,
+    expert_load,
+    parallel_layout,
+    scaling_against_model,
+)
 
 __all__ = [
     "GB",
@@ -96,6 +111,8 @@ __all__ = [
     "rooflines_compared",
     "time_share_bars",
     "pipeline_gantt",
+    "bubble_vs_microbatches",
+    "in_flight_bars",
     "zero_memory_bars",
     "bytes_per_parameter_bars",
     "offload_costs",
@@ -142,4 +159,15 @@ __all__ = [
     "sampler_orders",
     "scaling_with_model",
     "step_time_breakdown",
+    "activation_memory_vs_tp",
+    "allreduce_counts",
+    "collective_time_fit",
+    "step_time_parts",
+    "tp_layer_times",
+    "tp_sharding",
+    "aux_loss_vs_skew",
+    "all_to_all_matrix",
+    "expert_load",
+    "parallel_layout",
+    "scaling_against_model",
 ]

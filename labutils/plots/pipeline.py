@@ -1,4 +1,5 @@
-"""Pipeline schedules drawn as Gantt charts (chapter 9), from ``labutils.schedules`` timelines."""
+"""Pipeline figures (chapter 9): schedules drawn as Gantt charts from ``labutils.schedules``
+timelines, the bubble against the number of microbatches, and the activations in flight."""
 from __future__ import annotations
 
 from matplotlib.figure import Figure
@@ -80,3 +81,63 @@ def _gantt_title(timeline, schedules) -> str:
         lines.append(f"formula (equal costs, no transfer): {formula['of_total']:.1%} of total time"
                      f" = {formula['relative_to_ideal']:.1%} of the ideal (bubble-free) time")
     return "\n".join(lines)
+
+
+def bubble_vs_microbatches(num_stages: int, curve_microbatches, of_total, relative_to_ideal,
+                           measured: dict, *, schedule: str = "GPipe") -> Figure:
+    """The pipeline bubble (%) against the number of microbatches m (log2 axis).
+
+    ``of_total`` and ``relative_to_ideal`` are ``schedules.bubble_formula(...)`` values at each
+    m of ``curve_microbatches``: (p-1)/(m+p-1) of the total time and (p-1)/m of the ideal time
+    (clipped at 150% so the small-m end stays readable). ``measured`` maps m to the bubble
+    measured on the ranks (idle rank-time over total rank-time, a fraction).
+    """
+    _require(isinstance(num_stages, int) and num_stages >= 1, f"num_stages must be >= 1, got {num_stages!r}")
+    ms = list(curve_microbatches)
+    _require(len(ms) >= 2 and min(ms) >= 1, "pass at least two microbatch counts >= 1 for the curves")
+    _require(len(of_total) == len(ms) == len(relative_to_ideal), "pass one formula value per m of the curve")
+    _require(all(0 <= f <= 1 for f in measured.values()), "measured bubbles are fractions between 0 and 1")
+    fig = CourseFigure(figsize=(7.5, 4.2), layout="constrained")
+    ax = fig.add_subplot()
+    ax.plot(ms, [100 * f for f in of_total], "-", label="(p-1)/(m+p-1): share of the total time")
+    ax.plot(ms, [100 * min(f, 1.5) for f in relative_to_ideal], ":", label="(p-1)/m: relative to the ideal time")
+    if measured:
+        ax.plot(list(measured), [100 * f for f in measured.values()], "o", markersize=8,
+                label="measured on the ranks (share of the total time)")
+    ax.set_xscale("log", base=2)
+    ticks = [2**k for k in range(max(ms).bit_length()) if min(ms) <= 2**k <= max(ms)]
+    ax.set_xticks(ticks, [str(m) for m in ticks])
+    ax.set_xlabel("microbatches per step m")
+    ax.set_ylabel("bubble (%)")
+    ax.set_ylim(0, None)
+    ax.set_title(f"{schedule} on p = {num_stages} stages: the bubble shrinks as microbatches are added")
+    ax.legend()
+    return fig
+
+
+def in_flight_bars(measured: dict, simulated: dict, *, num_microbatches: int) -> Figure:
+    """Microbatches whose activations each stage held at its peak, per schedule.
+
+    ``measured`` and ``simulated`` map a schedule's name to one count per stage
+    (``Timeline.peak_in_flight()`` of the ranks' timeline and of ``schedules.simulate``):
+    bars are measured, black ticks simulated.
+    """
+    _require(len(measured) > 0 and set(measured) == set(simulated),
+             "pass the same schedules in measured and simulated")
+    stages = {len(counts) for counts in list(measured.values()) + list(simulated.values())}
+    _require(len(stages) == 1 and min(stages) >= 1, "every schedule needs one count per stage, all the same p")
+    p = stages.pop()
+    fig = CourseFigure(figsize=(7, 4), layout="constrained")
+    ax = fig.add_subplot()
+    width = 0.8 / len(measured)
+    colors = ("#4c72b0", "#dd8452", "#55a868", "#c44e52")
+    for i, name in enumerate(measured):
+        xs = [rank + (i - (len(measured) - 1) / 2) * width for rank in range(p)]
+        ax.bar(xs, measured[name], width, color=colors[i % len(colors)], label=f"{name}, measured")
+        ax.plot(xs, simulated[name], "k_", markersize=22, mew=2, label="simulated schedule" if i == 0 else None)
+    ax.set_xticks(range(p), [f"stage {rank}" for rank in range(p)])
+    ax.set_ylabel("microbatches held at the peak")
+    ax.set_ylim(0, max(num_microbatches, *[max(c) for c in measured.values()]) * 1.4)
+    ax.set_title(f"Activations in flight, p = {p}, m = {num_microbatches}")
+    ax.legend(loc="upper center", ncols=3, fontsize=9)
+    return fig
