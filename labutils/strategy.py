@@ -21,8 +21,9 @@ Data parallelism takes every GPU left over. Memory per GPU counts the model stat
 recomputation): ``layers`` x s b h (10 + 24/t + 5 a s / (h t)) bytes, the first stage of a
 1F1B pipeline holding p microbatches of its layers/p layers.
 
+    from labutils.roofline import DEVICES
     from labutils.strategy import suggest
-    print(suggest(175e9, 1024, 8, 80e9, layers=96, hidden=12288, heads=96))
+    print(suggest(175e9, 1024, 8, DEVICES["h100"].memory_bytes, layers=96, hidden=12288, heads=96))
 """
 from __future__ import annotations
 
@@ -200,7 +201,7 @@ def _validate(num_params, num_gpus, gpus_per_node, gpu_memory_bytes, intra_node,
     if not num_params > 0:
         raise ValueError(f"num_params must be > 0, got {num_params!r}")
     if not gpu_memory_bytes > 0:
-        raise ValueError(f"gpu_memory_bytes must be > 0 (bytes, e.g. 80e9), got {gpu_memory_bytes!r}")
+        raise ValueError(f"gpu_memory_bytes must be > 0 (bytes, e.g. roofline.DEVICES["h100"].memory_bytes), got {gpu_memory_bytes!r}")
     for name, value in (("num_gpus", num_gpus), ("gpus_per_node", gpus_per_node), ("seq_len", seq_len),
                         ("micro_batch_size", micro_batch_size), ("layers", layers), ("hidden", hidden),
                         ("heads", heads)):
