@@ -7,7 +7,11 @@
 """
 from __future__ import annotations
 
+import functools
+import io
 import os
+import pickle
+import types
 
 #: Default seconds a call may run before its ranks are stopped (env LABUTILS_TIMEOUT).
 DEFAULT_TIMEOUT_S = float(os.environ.get("LABUTILS_TIMEOUT", "120"))
@@ -42,7 +46,7 @@ def pickle_call(fn, args: tuple, kwargs: dict) -> bytes:
     if not callable(fn):
         raise TypeError(f"fn must be callable, got {type(fn).__name__}: {fn!r}")
     try:
-        return cloudpickle.dumps((fn, args, kwargs))
+        return _dumps_keeping_filenames((fn, args, kwargs))
     except Exception as exc:
         for i, arg in enumerate(args):
             try:
@@ -55,3 +59,32 @@ def pickle_call(fn, args: tuple, kwargs: dict) -> bytes:
             except Exception as arg_exc:
                 raise TypeError(f"keyword argument {key!r} ({type(value).__name__}) cannot be sent to the ranks: {arg_exc}") from None
         raise TypeError(f"{getattr(fn, '__name__', fn)!r} cannot be sent to the ranks: {exc}") from None
+
+
+@functools.cache
+def _filename_keeping_pickler():
+    import cloudpickle
+
+    class FilenameKeepingPickler(cloudpickle.Pickler):
+        """cloudpickle, but code objects keep their file name.
+
+        cloudpickle 3.1 writes every function's file name as "<dynamic-code>"; a rank's
+        traceback would then show neither the notebook cell nor the source line. Here the
+        real name travels, and the rank's linecache finds the source (cells are sent along).
+        """
+
+        def reducer_override(self, obj):
+            reduce_code = self.dispatch_table.get(types.CodeType) if type(obj) is types.CodeType else None
+            if reduce_code is not None:
+                constructor, fields = reduce_code(obj)
+                return constructor, tuple(obj.co_filename if isinstance(f, str) and f == "<dynamic-code>" else f
+                                          for f in fields)
+            return super().reducer_override(obj)
+
+    return FilenameKeepingPickler
+
+
+def _dumps_keeping_filenames(obj) -> bytes:
+    buffer = io.BytesIO()
+    _filename_keeping_pickler()(buffer, protocol=pickle.HIGHEST_PROTOCOL).dump(obj)
+    return buffer.getvalue()
