@@ -201,7 +201,7 @@ def _validate(num_params, num_gpus, gpus_per_node, gpu_memory_bytes, intra_node,
     if not num_params > 0:
         raise ValueError(f"num_params must be > 0, got {num_params!r}")
     if not gpu_memory_bytes > 0:
-        raise ValueError(f"gpu_memory_bytes must be > 0 (bytes, e.g. roofline.DEVICES["h100"].memory_bytes), got {gpu_memory_bytes!r}")
+        raise ValueError(f"gpu_memory_bytes must be > 0 (bytes, e.g. roofline.DEVICES['h100'].memory_bytes), got {gpu_memory_bytes!r}")
     for name, value in (("num_gpus", num_gpus), ("gpus_per_node", gpus_per_node), ("seq_len", seq_len),
                         ("micro_batch_size", micro_batch_size), ("layers", layers), ("hidden", hidden),
                         ("heads", heads)):
