@@ -3,7 +3,7 @@
 A rank connects three Unix-socket channels to the caller (control, stdout, stderr),
 points its file descriptors 1 and 2 at the output channels (so C++ and NCCL output is
 forwarded too), initialises the process group, then serves requests until told to exit
-(the messages are ``labutils.messages``'):
+(the messages are those of ``labutils.messages``):
 
     RunCall(call_id, payload, context)   payload = cloudpickle((fn, args, kwargs))
     ExecCell(call_id, source, filename, context)  a %%distributed cell, in this rank's namespace
