@@ -20,6 +20,7 @@ import threading
 import time
 
 from labutils import _wire
+from labutils.messages import RankExited, Spawn, Spawned, TemplateHello
 
 #: Seconds the template may take to import torch before we give up.
 TEMPLATE_START_TIMEOUT_S = 120.0
@@ -67,13 +68,14 @@ class TemplateStarter(_ExitBook):
         self._reader = _wire.FrameReader()
         self._pending: list = []
         try:
-            hello = self._next_message(TEMPLATE_START_TIMEOUT_S, "hello")
+            hello = self._next_message(TEMPLATE_START_TIMEOUT_S, TemplateHello)
         except BaseException:  # Ctrl-C while torch imports, or no answer: leave no template behind
             self._process.kill()
             self._process.wait()
             self._sock.close()
             raise
-        self.torch_version, self.cuda_version, self.nccl_available = hello[2], hello[3], hello[4]
+        self.torch_version, self.cuda_version, self.nccl_available = (
+            hello.torch_version, hello.cuda_version, hello.nccl_available)
 
     @property
     def pid(self) -> int:
@@ -82,12 +84,12 @@ class TemplateStarter(_ExitBook):
     def alive(self) -> bool:
         return self._process.poll() is None
 
-    def _next_message(self, timeout: float, kind: str):
-        """Block until a message of ``kind`` arrives; exit reports met on the way are booked."""
+    def _next_message(self, timeout: float, kind: type):
+        """Block until a message of type ``kind`` arrives; exit reports met on the way are booked."""
         deadline = time.monotonic() + timeout
         while True:
             for i, message in enumerate(self._pending):
-                if message[0] == kind:
+                if type(message) is kind:
                     return self._pending.pop(i)
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -106,14 +108,14 @@ class TemplateStarter(_ExitBook):
 
     def _book(self, messages) -> None:
         for message in messages:
-            if message[0] == "exit":
-                self.statuses[message[1]] = (message[2], message[3])
+            if type(message) is RankExited:
+                self.statuses[message.pid] = (message.exitcode, message.signal)
             else:
                 self._pending.append(message)
 
     def spawn(self, specs: list[dict]) -> list[int]:
-        _wire.send(self._sock, ("spawn", specs))
-        return self._next_message(30.0, "spawned")[1]
+        _wire.send(self._sock, Spawn(specs))
+        return self._next_message(30.0, Spawned).pids
 
     def events_fileno(self) -> int:
         return self._sock.fileno()

@@ -3,10 +3,11 @@
 Started by the caller as a fresh interpreter (``python -m labutils._template FD``), in its
 own session so a kernel interrupt does not reach it. It never runs a torch operation, so
 its forks start in a clean state (forking after a parallel torch op hangs the child; the
-notebook kernel itself is never forked). Speaks over the socket FD:
+notebook kernel itself is never forked). Speaks over the socket FD (``labutils.messages``):
 
-    caller -> template: ("spawn", [spec, ...])    template -> caller: ("spawned", [pid, ...])
-    template -> caller: ("exit", pid, exitcode, signal)    whenever a rank ends
+    template -> caller: TemplateHello(pid, torch_version, cuda_version, nccl_available)
+    caller -> template: Spawn([spec, ...])    template -> caller: Spawned([pid, ...])
+    template -> caller: RankExited(pid, exitcode, signal)    whenever a rank ends
     caller closes the socket: every rank is killed and the template exits.
 """
 from __future__ import annotations
@@ -19,6 +20,7 @@ import socket
 import sys
 
 from labutils import _wire
+from labutils.messages import RankExited, Spawn, Spawned, TemplateHello
 
 _PR_SET_PDEATHSIG = 1
 
@@ -64,9 +66,9 @@ def _reap(control: socket.socket, children: set) -> None:
             return
         children.discard(pid)
         if os.WIFSIGNALED(status):
-            message = ("exit", pid, None, os.WTERMSIG(status))
+            message = RankExited(pid, None, os.WTERMSIG(status))
         else:
-            message = ("exit", pid, os.waitstatus_to_exitcode(status), None)
+            message = RankExited(pid, os.waitstatus_to_exitcode(status), None)
         try:
             _wire.send(control, message)
         except OSError:
@@ -96,10 +98,7 @@ def main(fd: int) -> None:
 
     import labutils._worker  # noqa: F401
 
-    _wire.send(
-        control,
-        ("hello", os.getpid(), torch.__version__, torch.version.cuda, dist.is_nccl_available()),
-    )
+    _wire.send(control, TemplateHello(os.getpid(), torch.__version__, torch.version.cuda, dist.is_nccl_available()))
     children: set[int] = set()
     wakeup_r, wakeup_w = os.pipe()
     os.set_blocking(wakeup_w, False)
@@ -127,10 +126,10 @@ def main(fd: int) -> None:
                 _kill_all(children)
                 os._exit(0)
             for message in reader.feed(data):
-                if message[0] == "spawn":
-                    pids = [_fork_rank(spec, control, wakeup_r, wakeup_w) for spec in message[1]]
+                if type(message) is Spawn:
+                    pids = [_fork_rank(spec, control, wakeup_r, wakeup_w) for spec in message.specs]
                     children.update(pids)
-                    _wire.send(control, ("spawned", pids))
+                    _wire.send(control, Spawned(pids))
         _reap(control, children)
 
 

@@ -1,8 +1,11 @@
 """Length-prefixed pickled messages over a stream socket (kernel <-> template <-> ranks).
 
 A frame is a 4-byte big-endian length followed by that many bytes of ``pickle`` data.
-Payloads that may hold user code (functions, results) are cloudpickled by the caller
-and travel as ``bytes`` inside the message; results with ``dumps_on_cpu``.
+The messages are the named types of ``labutils.messages``; a frame holds one as a plain
+tuple, its ``KIND`` first (``Done(3, b"...")`` travels as ``("ok", 3, b"...")``), so
+reading a frame rebuilds builtin values only. Payloads that may hold user code
+(functions, results) are cloudpickled by the caller and travel as ``bytes`` inside the
+message; results with ``dumps_on_cpu``.
 """
 from __future__ import annotations
 
@@ -12,12 +15,28 @@ import pickle
 import socket
 import struct
 
+from labutils.messages import BY_KIND
+
 _HEADER = struct.Struct(">I")
 
 
+def encode(message) -> bytes:
+    """A frame's payload: a ``labutils.messages`` type as (KIND, *fields), anything else as is."""
+    kind = getattr(message, "KIND", None)
+    return pickle.dumps(message if kind is None else (kind, *message), protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def decode(data: bytes):
+    """The message in a frame's payload, as its named type when it is one."""
+    message = pickle.loads(data)
+    if type(message) is tuple and message and type(message[0]) is str and message[0] in BY_KIND:
+        return tuple.__new__(BY_KIND[message[0]], message[1:])
+    return message
+
+
 def send(sock: socket.socket, message) -> None:
-    """Send one message (any picklable object); blocks until written."""
-    data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+    """Send one message (one of ``labutils.messages``); blocks until written."""
+    data = encode(message)
     sock.sendall(_HEADER.pack(len(data)) + data)
 
 
@@ -35,7 +54,7 @@ def _recv_exactly(sock: socket.socket, n: int) -> bytes:
 def recv(sock: socket.socket):
     """Receive one message; raises EOFError when the peer has gone."""
     (length,) = _HEADER.unpack(_recv_exactly(sock, _HEADER.size))
-    return pickle.loads(_recv_exactly(sock, length))
+    return decode(_recv_exactly(sock, length))
 
 
 class FrameReader:
@@ -52,7 +71,7 @@ class FrameReader:
             end = _HEADER.size + length
             if len(self._buffer) < end:
                 break
-            messages.append(pickle.loads(bytes(self._buffer[_HEADER.size:end])))
+            messages.append(decode(bytes(self._buffer[_HEADER.size:end])))
             del self._buffer[:end]
         return messages
 

@@ -2,14 +2,15 @@
 
 A rank connects three Unix-socket channels to the caller (control, stdout, stderr),
 points its file descriptors 1 and 2 at the output channels (so C++ and NCCL output is
-forwarded too), initialises the process group, then serves requests until told to exit:
+forwarded too), initialises the process group, then serves requests until told to exit
+(the messages are those of ``labutils.messages``):
 
-    ("run", call_id, payload, context)   payload = cloudpickle((fn, args, kwargs))
-    ("exec", call_id, source, filename, context)  a %%distributed cell, in this rank's namespace
-    ("exit",)
+    RunCall(call_id, payload, context)   payload = cloudpickle((fn, args, kwargs))
+    ExecCell(call_id, source, filename, context)  a %%distributed cell, in this rank's namespace
+    Exit()
 
-and answers ("ok", call_id, result_bytes) or ("err", call_id, exc_bytes, traceback_text,
-type_name, message). On SIGUSR1 it writes every thread's Python stack to its stack file
+and answers Done(call_id, result_bytes) or Failed(call_id, exc_bytes, traceback, type_name,
+message). On SIGUSR1 it writes every thread's Python stack to its stack file
 (faulthandler), which the caller reads when a rank is stuck.
 """
 from __future__ import annotations
@@ -28,6 +29,7 @@ import traceback
 import warnings
 
 from labutils import _wire
+from labutils.messages import Done, ExecCell, Exit, Failed, RankHello, Ready, RunCall, Started, StorePort
 
 #: How often (s) a rank checks that the process that started it is still there.
 WATCHDOG_PERIOD_S = 0.5
@@ -36,7 +38,7 @@ WATCHDOG_PERIOD_S = 0.5
 def _connect(path: str, token: str, rank: int, channel: str) -> socket.socket:
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.connect(path)
-    _wire.send(sock, ("hello", token, rank, channel))
+    _wire.send(sock, RankHello(token, rank, channel))
     return sock
 
 
@@ -101,12 +103,12 @@ def _init_process_group(spec: dict, ctrl: socket.socket):
     if rank == 0:
         store = dist.TCPStore("127.0.0.1", 0, world_size, True, timeout=timeout, wait_for_workers=False)
         port = store.port
-        _wire.send(ctrl, ("port", port))
+        _wire.send(ctrl, StorePort(port))
     else:
         message = _wire.recv(ctrl)
-        if message[0] != "port":
-            raise RuntimeError(f"expected the store's port, got {message[0]!r}")
-        port = message[1]
+        if type(message) is not StorePort:
+            raise RuntimeError(f"expected the store's port, got {type(message).__name__}")
+        port = message.port
         store = dist.TCPStore("127.0.0.1", port, world_size, False, timeout=timeout)
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
@@ -128,7 +130,7 @@ def _user_traceback(exc: BaseException) -> str:
     return "".join(traceback.format_exception(type(exc), exc, tb))
 
 
-def _error_reply(call_id, exc: BaseException, context: str = "") -> tuple:
+def _error_reply(call_id, exc: BaseException, context: str = "") -> Failed:
     import cloudpickle
 
     try:
@@ -138,7 +140,7 @@ def _error_reply(call_id, exc: BaseException, context: str = "") -> tuple:
     text = _user_traceback(exc)
     if context:
         text = f"{context}\n{text}"
-    return ("err", call_id, exc_bytes, text, f"{type(exc).__module__}.{type(exc).__qualname__}", str(exc))
+    return Failed(call_id, exc_bytes, text, f"{type(exc).__module__}.{type(exc).__qualname__}", str(exc))
 
 
 def _apply_context(context: dict | None) -> None:
@@ -162,7 +164,7 @@ def _run_call(call_id, payload: bytes):
     fn, args, kwargs = cloudpickle.loads(payload)
     result = fn(*args, **kwargs)
     try:
-        return ("ok", call_id, _wire.dumps_on_cpu(result))
+        return Done(call_id, _wire.dumps_on_cpu(result))
     except Exception as exc:
         raise TypeError(
             f"the return value of {getattr(fn, '__name__', fn)!r} cannot be sent back to the caller: {exc}"
@@ -181,11 +183,12 @@ def _exec_cell(call_id, source: str, filename: str, namespace: dict):
         value = eval(compile(last, filename, "eval"), namespace)
         if value is not None:
             print(repr(value))
-    return ("ok", call_id, None)
+    return Done(call_id, None)
 
 
-def serve(spec: dict) -> None:
-    """Body of a rank process: connect, initialise, serve requests, exit."""
+def _start_rank(spec: dict) -> socket.socket:
+    """Connect the three channels, send output to the caller, arm the stack dump and the
+    watchdog, set the rank's environment; return the control channel."""
     os.environ.clear()
     os.environ.update(spec["environ"])  # the caller's, as it was when this launch started
     ctrl = _connect(spec["listen_path"], spec["token"], spec["rank"], "ctrl")
@@ -204,18 +207,38 @@ def serve(spec: dict) -> None:
         LOCAL_WORLD_SIZE=str(spec["world_size"]),
         OMP_NUM_THREADS=str(spec["num_threads"]),
     )
+    return ctrl
+
+
+def _answer(message, namespace: dict):
+    """The reply to one request: Done, or Failed with whatever the call raised."""
+    try:
+        if type(message) is RunCall:
+            _apply_context(message.context)
+            return _run_call(message.call_id, message.payload)
+        if type(message) is ExecCell:
+            _apply_context(message.context)
+            return _exec_cell(message.call_id, message.source, message.filename, namespace)
+        raise RuntimeError(f"unknown request {type(message).__name__}")
+    except BaseException as exc:  # KeyboardInterrupt and SystemExit are reported too
+        return _error_reply(getattr(message, "call_id", None), exc)
+
+
+def serve(spec: dict) -> None:
+    """Body of a rank process: connect, initialise, serve requests, exit."""
+    ctrl = _start_rank(spec)
     import torch
     import torch.distributed as dist
 
     torch.set_num_threads(spec["num_threads"])
-    _wire.send(ctrl, ("started", os.getpid(), threading.main_thread().ident))
+    _wire.send(ctrl, Started(os.getpid(), threading.main_thread().ident))
     try:
         device, _store = _init_process_group(spec, ctrl)
     except BaseException as exc:
         _flush_all()
         _wire.send(ctrl, _error_reply(None, exc, "the process group could not be initialised:"))
         os._exit(1)
-    _wire.send(ctrl, ("ready",))
+    _wire.send(ctrl, Ready())
     namespace = {
         "__name__": "__main__",
         "__builtins__": __builtins__,
@@ -230,21 +253,9 @@ def serve(spec: dict) -> None:
             message = _wire.recv(ctrl)
         except EOFError:
             os._exit(0)  # the caller has gone
-        kind = message[0]
-        if kind == "exit":
+        if type(message) is Exit:
             break
-        call_id = message[1]
-        try:
-            if kind == "run":
-                _apply_context(message[3])
-                reply = _run_call(call_id, message[2])
-            elif kind == "exec":
-                _apply_context(message[4])
-                reply = _exec_cell(call_id, message[2], message[3], namespace)
-            else:
-                raise RuntimeError(f"unknown request {kind!r}")
-        except BaseException as exc:  # KeyboardInterrupt and SystemExit are reported too
-            reply = _error_reply(call_id, exc)
+        reply = _answer(message, namespace)
         _flush_all()
         _wire.send(ctrl, reply)
     try:

@@ -1,7 +1,9 @@
 """The `labutils` command: one subcommand per module, loaded only when used.
 
-Each subcommand module defines ``add_arguments(parser)`` and ``main(args) -> int``.
-Errors a user can fix (bad arguments, missing files) are printed as one line, exit status 2.
+Each subcommand module defines ``add_arguments(parser)`` and ``main(args) -> int`` and raises
+``labutils.usage.UsageError`` for errors a user can fix (bad arguments, missing files): they
+are printed as one line, exit status 2. The instructors' tools (grading, the nightly run of
+every notebook) are the ``course`` command of the course repository, not part of labutils.
 """
 from __future__ import annotations
 
@@ -9,19 +11,20 @@ import argparse
 import importlib
 import sys
 
+from labutils.usage import UsageError
+
+__all__ = ["main", "build_parser", "SUBCOMMANDS", "INSTRUCTOR_COMMANDS", "UsageError"]
+
 #: subcommand -> (module, one-line help)
 SUBCOMMANDS = {
     "doctor": ("labutils.doctor", "print the environment: Python, torch, CUDA, NCCL, GPUs, topology, backend"),
     "bench": ("labutils.bench_cli", "benchmark a collective in nccl-tests' layout (works under torchrun)"),
     "model": ("labutils.model_cli", "answer a cost-model question: zero, bubble, comm, roofline"),
     "run": ("labutils.multinode", "run module:function on every rank under torchrun (multi-node)"),
-    "nightly": ("labutils.nightly", "execute every notebook with papermill and write a report"),
-    "grade": ("labutils.grade_cli", "autograde a folder of lab submissions with nbgrader"),
 }
 
-
-class UsageError(Exception):
-    """A mistake in the command line the user can fix; printed as one line."""
+#: commands that moved to the instructors' ``course`` command
+INSTRUCTOR_COMMANDS = ("grade", "nightly")
 
 
 class _OneLineErrorParser(argparse.ArgumentParser):
@@ -57,6 +60,10 @@ def _available_subcommands(only: str | None) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] in INSTRUCTOR_COMMANDS:
+        print(f"`{argv[0]}` is an instructors' command: run `course {argv[0]} ...` in the course repository",
+              file=sys.stderr)
+        return 2
     # Import only the module of the subcommand asked for, so `labutils model` stays fast.
     only = argv[0] if argv and argv[0] in SUBCOMMANDS else None
     parser = build_parser(_available_subcommands(only))

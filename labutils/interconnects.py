@@ -7,7 +7,7 @@
 
 Units: bytes per second (B/s); GB/s = 1e9 B/s. Network links are sold in gigabits per
 second (Gb/s, lower-case b): 8 bits make a byte, so InfiniBand HDR's 200 Gb/s is 25 GB/s.
-The seeds confuse the two; every record here keeps the marketed figure (``rate_text``)
+Gb/s and GB/s are easy to confuse; every record here keeps the marketed figure (``rate_text``)
 next to the bytes.
 
 Every link is full duplex: it carries ``per_direction_Bps`` each way at once, and

@@ -15,7 +15,8 @@ interpreters where fork is unavailable), never forks of the notebook kernel.
 """
 from __future__ import annotations
 
-from labutils.pool import Pool, _pickle_call, _validate_timeout, _validate_world_size
+from labutils.call_args import pickle_call, validate_timeout, validate_world_size
+from labutils.pool import Pool
 
 
 def launch(fn, world_size: int, *args, backend: str = "auto", timeout: float | None = None, **kwargs) -> list:
@@ -28,8 +29,8 @@ def launch(fn, world_size: int, *args, backend: str = "auto", timeout: float | N
     Arguments are checked (and pickled) before any process starts.
     """
     __tracebackhide__ = True
-    _validate_world_size(world_size)
-    _validate_timeout(timeout)
-    _pickle_call(fn, args, kwargs)
+    validate_world_size(world_size)
+    validate_timeout(timeout)
+    pickle_call(fn, args, kwargs)
     with Pool(world_size, backend=backend, timeout=timeout) as pool:
         return pool.run(fn, *args, **kwargs)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 from fractions import Fraction
 
-from labutils.cli import UsageError
+from labutils.usage import UsageError
 
 QUESTIONS = ("zero", "bubble", "comm", "roofline")
 

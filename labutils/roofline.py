@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from labutils.hardware import GiB
+
 #: bytes per element of each dtype name the helpers accept (torch names as aliases)
 DTYPE_BYTES = {
     "fp64": 8, "fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "int8": 1,
@@ -46,7 +48,8 @@ class Device:
 
     ``peak_flops``: dtype -> dense peak FLOP/s (tensor cores where they apply; never the
     2:4-sparse figure). ``mem_bandwidth``: memory bandwidth in bytes/s.
-    ``memory_bytes``: memory capacity in bytes where the source gives it, else None.
+    ``memory_bytes``: memory capacity in bytes where the source gives it, else None; see
+    :func:`datasheet_memory` for how a datasheet's "80GB" becomes bytes.
     ``nvlink_bidirectional``: NVLink bandwidth per GPU in bytes/s, both directions added
     (half of it per direction), or None. ``source``: where the numbers come from.
     """
@@ -70,9 +73,22 @@ class Device:
         return self.peak_flops[name]
 
 
+def datasheet_memory(marketed_gb: float) -> float:
+    """Bytes of GPU memory behind a datasheet's "80GB": ``marketed_gb`` x 2**30 (GiB).
+
+    NVIDIA's datasheets write HBM capacity as "GB", but HBM stacks come in binary sizes and
+    the figure is GiB: ``nvidia-smi --query-gpu=memory.total`` reports an A100 80GB as
+    81920 MiB (80 GiB = 85.9 GB), an H100 80GB HBM3 as 81559 MiB (what the driver leaves
+    visible, just under 80 GiB) and an H200 as 143771 MiB (140.4 GiB; 141 on the
+    datasheet). ``labutils.hardware`` (NVML) reads the same bytes on a real GPU, so the
+    course uses one convention: datasheet figure x GiB, printed in GB (1e9 B) as 85.9 GB.
+    """
+    return marketed_gb * GiB
+
+
 def _datasheet(document: str) -> str:
     """The ``source`` of a datasheet device: the document, and what was read from it."""
-    return f"{document}: dense tensor-core peak, HBM bandwidth, NVLink (course reference sheet)"
+    return f"{document}: dense tensor-core peak, HBM bandwidth and capacity, NVLink per GPU"
 
 
 #: The GPUs the course quotes. Dense BF16/FP16 tensor peaks, HBM bandwidth, NVLink per GPU.
@@ -83,7 +99,7 @@ DEVICES: dict[str, Device] = {
         mem_bandwidth=900e9,
         source=_datasheet("NVIDIA Tesla V100 datasheet, SXM2 column"),
         notes="Volta has FP16 tensor cores and no BF16; 32 GB variant (a 16 GB one exists)",
-        memory_bytes=32e9,
+        memory_bytes=datasheet_memory(32),
         nvlink_bidirectional=300e9,
     ),
     "a100": Device(
@@ -92,7 +108,7 @@ DEVICES: dict[str, Device] = {
         mem_bandwidth=2039e9,
         source=_datasheet("NVIDIA A100 Tensor Core GPU datasheet, 80GB SXM column"),
         notes="624 TFLOP/s is the 2:4-sparse figure",
-        memory_bytes=80e9,
+        memory_bytes=datasheet_memory(80),
         nvlink_bidirectional=600e9,
     ),
     "h100": Device(
@@ -101,7 +117,7 @@ DEVICES: dict[str, Device] = {
         mem_bandwidth=3.35e12,
         source=_datasheet("NVIDIA H100 Tensor Core GPU datasheet, SXM column"),
         notes="1,979 TFLOP/s is the 2:4-sparse figure",
-        memory_bytes=80e9,
+        memory_bytes=datasheet_memory(80),
         nvlink_bidirectional=900e9,
     ),
     "h200": Device(
@@ -110,7 +126,7 @@ DEVICES: dict[str, Device] = {
         mem_bandwidth=4.8e12,
         source=_datasheet("NVIDIA H200 Tensor Core GPU datasheet, SXM column"),
         notes="same compute as H100 SXM, more and faster HBM3e; 1,979 TFLOP/s is sparse",
-        memory_bytes=141e9,
+        memory_bytes=datasheet_memory(141),
         nvlink_bidirectional=900e9,
     ),
     "b200": Device(
@@ -120,7 +136,7 @@ DEVICES: dict[str, Device] = {
         source=_datasheet("NVIDIA HGX B200 datasheet, per GPU"),
         notes="4,500 TFLOP/s is the 2:4-sparse figure; 180 GB per GPU from the DGX B200 "
         "user guide (1,440 GB for 8 GPUs)",
-        memory_bytes=180e9,
+        memory_bytes=datasheet_memory(180),
         nvlink_bidirectional=1.8e12,
     ),
 }

@@ -219,20 +219,28 @@ def simulate(
     m, v = _check_complete(schedule)
     if name is None:
         name = getattr(schedule, "name", None)
-    num_virtual = p * v
+    events = _play(schedule, v, {"F": t_forward, "B": t_backward}, t_transfer)
+    return Timeline(events, p, m, v, name)
 
-    def rank_of(virtual: int) -> int:
-        return virtual % p
 
-    def upstream(action: Action, rank: int):
-        """(kind, microbatch, virtual stage) this action waits for, or None."""
-        virtual = action.chunk * p + rank
-        if action.kind == "F":
-            return None if virtual == 0 else ("F", action.microbatch, virtual - 1)
-        if virtual == num_virtual - 1:
-            return ("F", action.microbatch, virtual)
-        return ("B", action.microbatch, virtual + 1)
+def _upstream(action: Action, rank: int, p: int, v: int):
+    """(kind, microbatch, virtual stage) ``action`` on ``rank`` waits for, or None.
 
+    Virtual stage ``chunk * p + rank``: F waits for F on the stage before, B for B on the
+    stage after (on the last stage, for its own F).
+    """
+    virtual = action.chunk * p + rank
+    if action.kind == "F":
+        return None if virtual == 0 else ("F", action.microbatch, virtual - 1)
+    if virtual == p * v - 1:
+        return ("F", action.microbatch, virtual)
+    return ("B", action.microbatch, virtual + 1)
+
+
+def _play(schedule: list[list[Action]], v: int, duration: dict[str, float], t_transfer: float) -> list[Event]:
+    """Every action's start and end: each rank runs its list in order, an action as soon as its
+    rank is free and its input has arrived (``t_transfer`` later when it comes from another rank)."""
+    p = len(schedule)
     done: dict[tuple[str, int, int], float] = {}  # (kind, microbatch, virtual stage) -> end time
     next_index = [0] * p
     free_at = [0.0] * p
@@ -243,14 +251,14 @@ def simulate(
         for rank in range(p):
             while next_index[rank] < len(schedule[rank]):
                 action = schedule[rank][next_index[rank]]
-                dep = upstream(action, rank)
+                dep = _upstream(action, rank, p, v)
                 if dep is not None and dep not in done:
                     break
                 ready = 0.0
                 if dep is not None:
-                    ready = done[dep] + (t_transfer if rank_of(dep[2]) != rank else 0.0)
+                    ready = done[dep] + (t_transfer if dep[2] % p != rank else 0.0)
                 start = max(free_at[rank], ready)
-                end = start + (t_forward if action.kind == "F" else t_backward)
+                end = start + duration[action.kind]
                 done[(action.kind, action.microbatch, action.chunk * p + rank)] = end
                 events.append(Event(rank, action.kind, action.microbatch, action.chunk, start, end))
                 free_at[rank] = end
@@ -258,10 +266,11 @@ def simulate(
                 remaining -= 1
                 progressed = True
         if not progressed:
-            stuck = [f"rank {r} at {schedule[r][next_index[r]]} (waits for {_describe(upstream(schedule[r][next_index[r]], r), p)})"
+            stuck = [f"rank {r} at {schedule[r][next_index[r]]} "
+                     f"(waits for {_describe(_upstream(schedule[r][next_index[r]], r, p, v), p)})"
                      for r in range(p) if next_index[r] < len(schedule[r])]
             raise ValueError("schedule deadlocks: " + "; ".join(stuck))
-    return Timeline(events, p, m, v, name)
+    return events
 
 
 def _describe(dep, p: int) -> str:

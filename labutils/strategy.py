@@ -1,7 +1,9 @@
 """Suggest a parallel layout (TP x PP x DP, ZeRO stage) for a model on a cluster.
 
-The seeds' decision guide, made concrete (seed 000 sections 4-5, seed 001 "decision tree",
-seed 003 sections 5-6):
+The usual decision guide for large-model training, made concrete. It follows Megatron-LM's
+recommendations (Narayanan et al., arXiv:2104.04473, sections 3.3-3.4, takeaways 1 and 2: tensor parallelism up to
+the GPUs of one NVLink node, pipeline parallelism across nodes, data parallelism on the
+rest) and ZeRO's stages (arXiv:1910.02054):
 
 1. The model fits one GPU: data parallelism on every GPU, nothing else.
 2. It does not: ZeRO stage 1, then 2, over the data-parallel GPUs. They shard the
@@ -19,8 +21,9 @@ Data parallelism takes every GPU left over. Memory per GPU counts the model stat
 recomputation): ``layers`` x s b h (10 + 24/t + 5 a s / (h t)) bytes, the first stage of a
 1F1B pipeline holding p microbatches of its layers/p layers.
 
+    from labutils.roofline import DEVICES
     from labutils.strategy import suggest
-    print(suggest(175e9, 1024, 8, 80e9, layers=96, hidden=12288, heads=96))
+    print(suggest(175e9, 1024, 8, DEVICES["h100"].memory_bytes, layers=96, hidden=12288, heads=96))
 """
 from __future__ import annotations
 
@@ -107,26 +110,32 @@ def suggest(
                        if node % t == 0 and (heads is None or heads % t == 0)]
     pp_options = [p for p in _divisors(num_gpus // tp_options[-1]) if layers is None or layers % p == 0]
 
-    # Steps 1-4: the first layout, in the guide's order, that fits with ZeRO 0, 1 or 2.
     candidates = [(1, 1)] + [(t, 1) for t in tp_options[1:]] + [(tp_options[-1], p) for p in pp_options[1:]]
-    chosen = None
-    for tp, pp in candidates:
-        zero = next((z for z in (0, 1, 2) if memory(tp, pp, z) <= budget), None)
-        if zero is not None:
-            chosen = (tp, pp, zero)
-            break
-    if chosen is None:  # step 5: ZeRO-3 with the least model parallelism that fits
-        chosen = next(((tp, pp, 3) for tp, pp in candidates if memory(tp, pp, 3) <= budget), None)
-    if chosen is None:  # nothing fits: the smallest footprint, with the least sharding among equals
-        chosen = min(((tp, pp, z) for tp, pp in candidates for z in range(4)),
-                     key=lambda c: (round(memory(*c) / 1e6), c[2], c[0] * c[1]))
-    tp, pp, zero = chosen
+    tp, pp, zero = _choose_layout(candidates, memory, budget)
     dp = num_gpus // (tp * pp)
     used = memory(tp, pp, zero)
 
     reasons = _reasons(num_params, num_gpus, node, gpu_memory_bytes, budget, intra_node, inter_node_GBps,
                        tp, pp, dp, zero, memory, with_activations, tp_options, layers)
     return Suggestion(tp, pp, dp, zero, reasons, used, used <= budget)
+
+
+def _choose_layout(candidates: list[tuple[int, int]], memory, budget: float) -> tuple[int, int, int]:
+    """(tp, pp, ZeRO stage): the guide's first layout that fits ``budget`` bytes per GPU.
+
+    ``candidates`` are (tp, pp) in the guide's order, ``memory(tp, pp, zero)`` bytes per GPU.
+    """
+    # Steps 1-4: the first layout, in the guide's order, that fits with ZeRO 0, 1 or 2.
+    for tp, pp in candidates:
+        zero = next((z for z in (0, 1, 2) if memory(tp, pp, z) <= budget), None)
+        if zero is not None:
+            return tp, pp, zero
+    # Step 5: ZeRO-3 with the least model parallelism that fits.
+    chosen = next(((tp, pp, 3) for tp, pp in candidates if memory(tp, pp, 3) <= budget), None)
+    if chosen is None:  # nothing fits: the smallest footprint, with the least sharding among equals
+        chosen = min(((tp, pp, z) for tp, pp in candidates for z in range(4)),
+                     key=lambda c: (round(memory(*c) / 1e6), c[2], c[0] * c[1]))
+    return chosen
 
 
 def _reasons(num_params, num_gpus, node, gpu_memory_bytes, budget, intra_node, inter_node_GBps,
@@ -192,7 +201,7 @@ def _validate(num_params, num_gpus, gpus_per_node, gpu_memory_bytes, intra_node,
     if not num_params > 0:
         raise ValueError(f"num_params must be > 0, got {num_params!r}")
     if not gpu_memory_bytes > 0:
-        raise ValueError(f"gpu_memory_bytes must be > 0 (bytes, e.g. 80e9), got {gpu_memory_bytes!r}")
+        raise ValueError(f"gpu_memory_bytes must be > 0 (bytes, e.g. roofline.DEVICES['h100'].memory_bytes), got {gpu_memory_bytes!r}")
     for name, value in (("num_gpus", num_gpus), ("gpus_per_node", gpus_per_node), ("seq_len", seq_len),
                         ("micro_batch_size", micro_batch_size), ("layers", layers), ("hidden", hidden),
                         ("heads", heads)):

@@ -1,4 +1,5 @@
-"""labutils.costmodel against reference.md and seed 003's figures (single process, no ranks)."""
+"""labutils.costmodel against its primary sources (MPICH, ZeRO arXiv:1910.02054, PaLM arXiv:2204.02311,
+Megatron-LM arXiv:1909.08053) and GPT-3's sizes (arXiv:2005.14165), single process, no ranks."""
 import math
 
 import pytest
@@ -11,7 +12,7 @@ GB = 1e9
 
 # -- collective_time --------------------------------------------------------------------
 
-def test_ring_all_reduce_matches_reference_formula():
+def test_ring_all_reduce_matches_mpich_formula():
     p, n, a, b, g = 8, 1e9, 5e-6, 1 / 450e9, 1e-12
     expected = 2 * (p - 1) * a + 2 * (p - 1) / p * n * b + (p - 1) / p * n * g
     assert cm.collective_time("all_reduce", "ring", n, p, a, b, g) == pytest.approx(expected)
@@ -73,12 +74,12 @@ def test_bad_op_or_algorithm_lists_the_choices():
 
 
 def test_ring_bytes_per_rank_matches_busbw_factors():
-    assert cm.ring_bytes_per_rank("all_reduce", 1e9, 4) == pytest.approx(1.5e9)  # seed 003's 4-GPU example
+    assert cm.ring_bytes_per_rank("all_reduce", 1e9, 4) == pytest.approx(1.5e9)  # 2 x 3/4 of 1 GB on 4 GPUs
     assert cm.ring_bytes_per_rank("all_gather", 1e9, 4) == pytest.approx(0.75e9)
     assert cm.ring_bytes_per_rank("reduce_scatter", 1e9, 4) == pytest.approx(0.75e9)
 
 
-# -- comm_volume: seed 003's GPT-3 table --------------------------------------------------
+# -- comm_volume: GPT-3 175B (arXiv:2005.14165) --------------------------------------------------
 
 def test_dp_and_fsdp_are_per_device_2p_and_3p_in_the_large_n_limit():
     dp = cm.comm_volume("dp", params=175e9, dp_size=1024)
@@ -88,7 +89,7 @@ def test_dp_and_fsdp_are_per_device_2p_and_3p_in_the_large_n_limit():
     assert fsdp.bytes_per_step == pytest.approx(1050 * GB, rel=1e-3)
     assert fsdp.bytes_per_step / dp.bytes_per_step == pytest.approx(1.5)
     assert dp.calls_per_step == 1 and fsdp.calls_per_step == 3 * 96
-    assert dp.total_bytes_per_step == pytest.approx(1024 * dp.bytes_per_step)  # seed: 716.8 TB, switch load only
+    assert dp.total_bytes_per_step == pytest.approx(1024 * dp.bytes_per_step)  # about 716 TB summed over the group: switch load only
 
 
 def test_tp_makes_4l_all_reduces():
@@ -97,13 +98,13 @@ def test_tp_makes_4l_all_reduces():
     assert tp.op == "all_reduce" and tp.message_bytes == 2048 * 12288 * 2
 
 
-def test_seed_003_tp_1228_gb_is_b32_in_the_large_t_limit():
+def test_quoted_tp_1228_gb_is_b32_in_the_large_t_limit():
     """Finding: 1228 GB = 4L all-reduces x 2 x B s h x 2 bytes with B = 32 sequences, t -> infinity."""
     tp8 = cm.comm_volume("tp", micro_batch_size=32, tp_size=8, **GPT3)
     large_t_limit = tp8.bytes_per_step * 8 / 7  # undo the ring's (t-1)/t
     assert large_t_limit == pytest.approx(384 * 2 * 32 * 2048 * 12288 * 2)
     assert large_t_limit == pytest.approx(1237e9, rel=1e-3)
-    assert 384 * 2 * 0.8e9 * 2 == pytest.approx(1228.8e9)  # the seed rounds B s h to 0.8e9
+    assert 384 * 2 * 0.8e9 * 2 == pytest.approx(1228.8e9)  # the quoted figure rounds B s h to 0.8e9
     assert large_t_limit == pytest.approx(1228e9, rel=0.01)
     assert tp8.bytes_per_step == pytest.approx(1082e9, rel=1e-3)  # what t = 8 actually moves
 
@@ -114,7 +115,7 @@ def test_pp_makes_2m_n_minus_1_messages_in_the_pipeline():
     assert pp.calls_per_step == 64  # one interior stage sends 2m of them
 
 
-def test_seed_003_pp_45_gb_is_the_whole_pipeline_counted_at_both_ends():
+def test_quoted_pp_45_gb_is_the_whole_pipeline_counted_at_both_ends():
     """Finding: 45 GB is not per device; per device PP sends 3.2 GB."""
     pp = cm.comm_volume("pp", micro_batch_size=1, num_microbatches=32, pp_size=8, hidden=12288, seq_len=2048)
     assert pp.total_bytes_per_step == pytest.approx(22.5e9, rel=1e-2)
@@ -204,7 +205,7 @@ def test_mfu_uses_palm_formula():
 
 
 def test_scaling_efficiency_is_actual_over_linear():
-    # 8 GPUs giving 7x one GPU's throughput: 87.5%, not 8/7 as seed 002's inverted formula gives
+    # 8 GPUs giving 7x one GPU's throughput: 87.5%, not 8/7 as the inverted ratio gives
     assert cm.scaling_efficiency(700.0, 8, 100.0) == pytest.approx(0.875)
     with pytest.raises(ValueError):
         cm.scaling_efficiency(1.0, 2, 0.0)

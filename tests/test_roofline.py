@@ -1,13 +1,13 @@
-"""labutils.roofline against reference.md's table (single process)."""
+"""labutils.roofline against NVIDIA's datasheets (V100, A100, H100, H200, HGX B200), single process."""
 import pytest
 
 from labutils import roofline as rf
 
-REFERENCE_RIDGES = {"v100": 139, "a100": 153, "h100": 295, "h200": 206, "b200": 281}
+DATASHEET_RIDGES = {"v100": 139, "a100": 153, "h100": 295, "h200": 206, "b200": 281}
 
 
-@pytest.mark.parametrize("key, ridge", REFERENCE_RIDGES.items())
-def test_ridge_points_match_reference(key, ridge):
+@pytest.mark.parametrize("key, ridge", DATASHEET_RIDGES.items())
+def test_ridge_points_match_datasheet_peak_over_bandwidth(key, ridge):
     device = rf.DEVICES[key]
     dtype = "fp16" if key == "v100" else "bf16"
     assert round(rf.ridge_point(device, dtype)) == ridge
@@ -17,8 +17,17 @@ def test_dense_peaks_and_bandwidths():
     assert rf.DEVICES["h100"].peak("bf16") == 989e12 and rf.DEVICES["h100"].mem_bandwidth == 3.35e12
     assert rf.DEVICES["a100"].peak("bf16") == 312e12  # 624 is sparse
     assert rf.DEVICES["b200"].peak("bf16") == 2250e12
-    assert rf.DEVICES["h200"].memory_bytes == 141e9 and rf.DEVICES["h200"].mem_bandwidth == 4.8e12
+    assert rf.DEVICES["h200"].mem_bandwidth == 4.8e12
     assert rf.DEVICES["h100"].nvlink_bidirectional == 900e9
+
+
+def test_memory_capacity_is_the_datasheet_figure_in_gib_as_nvidia_smi_reports():
+    from labutils.hardware import GiB
+
+    assert rf.DEVICES["h100"].memory_bytes == 80 * GiB == 85_899_345_920  # 81920 MiB, 85.9 GB
+    assert rf.DEVICES["h200"].memory_bytes == 141 * GiB
+    assert rf.DEVICES["a100"].memory_bytes == rf.datasheet_memory(80) > 80e9
+    assert all(d.memory_bytes % GiB == 0 for d in rf.DEVICES.values() if d.memory_bytes)
 
 
 def test_every_datasheet_device_names_its_own_document():

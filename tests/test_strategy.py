@@ -1,4 +1,4 @@
-"""labutils.strategy.suggest: the seeds' decision guide (single process)."""
+"""labutils.strategy.suggest: the decision guide of its module docstring (single process)."""
 import pytest
 
 from labutils.costmodel import zero_memory
