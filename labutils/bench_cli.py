@@ -16,7 +16,7 @@ import json
 import os
 import sys
 
-from labutils.cli import UsageError
+from labutils.usage import UsageError
 
 
 def add_arguments(parser) -> None:

@@ -21,7 +21,7 @@ import os
 import sys
 
 from labutils import _wire
-from labutils.cli import UsageError
+from labutils.usage import UsageError
 
 _TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
 

@@ -13,8 +13,9 @@ any function that returns a figure into such a dashboard.
     explorer                                  # the dashboard
     explorer.controls["m"].value = 16         # the chart and the readout follow
 
-GPU memory capacities are ``labutils.roofline.DEVICES[...].memory_bytes`` (GB = 1e9 bytes,
-from NVIDIA's datasheets); GPUs listed there without a capacity are left out of the menus.
+GPU memory capacities are ``labutils.roofline.DEVICES[...].memory_bytes`` (bytes: the
+datasheet's "80 GB" is 80 GiB), shown both ways ("85.9 GB (80.0 GiB)"); GPUs listed there
+without a capacity are left out of the menus.
 """
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ import math
 import ipywidgets as widgets
 
 from labutils import interconnects, plots
+from labutils.gpu_records import memory_text
 
 _WIDE = {"description_width": "initial"}
 _POWERS_OF_TWO = [2**k for k in range(11)]  # 1 .. 1024
@@ -89,7 +91,7 @@ def gpu_memory_options() -> list[tuple[str, str]]:
     """(menu label, DEVICES key) for every GPU in ``labutils.roofline.DEVICES`` with a known capacity."""
     from labutils.roofline import DEVICES
 
-    return [(f"{device.name} ({device.memory_bytes / plots.GB:g} GB)", key)
+    return [(f"{device.name} ({memory_text(device.memory_bytes)})", key)
             for key, device in DEVICES.items() if device.memory_bytes]
 
 
@@ -286,7 +288,7 @@ class ZeroCalculator(_Dashboard):
                    else "<b style='color:#b00020'>does not fit</b>")
         self.readout.value = (
             f"{self.controls['stage'].label} on {world_size} GPUs: {verdict} "
-            f"({needed / plots.GB:.1f} GB of {device.memory_bytes / plots.GB:g} GB per {html.escape(device.name)}) "
+            f"({needed / plots.GB:.1f} GB of {memory_text(device.memory_bytes)} per {html.escape(device.name)}) "
             f"for parameters, gradients and optimizer states; activations, buffers and the CUDA "
             f"context come on top."
         )
@@ -346,7 +348,7 @@ class StrategyChooser(_Dashboard):
         self.readout.value = (
             f"<b>TP = {s.tp} x PP = {s.pp} x DP = {s.dp}, ZeRO stage {s.zero_stage}</b> on "
             f"{num_gpus} {html.escape(device.name)} GPU{'' if num_gpus == 1 else 's'}: "
-            f"{s.memory_per_gpu_bytes / plots.GB:.1f} GB of {device.memory_bytes / plots.GB:g} GB per GPU, "
+            f"{s.memory_per_gpu_bytes / plots.GB:.1f} GB of {memory_text(device.memory_bytes)} per GPU, "
             f"{verdict}<ul>{reasons}</ul>"
         )
 

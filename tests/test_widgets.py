@@ -21,8 +21,8 @@ def png(dashboard) -> bytes:
 
 def test_gpu_menu_lists_only_gpus_with_a_capacity():
     options = dict((key, label) for label, key in widgets.gpu_memory_options())
-    assert options["h100"] == "H100 SXM (80 GB)"
-    assert options["h200"] == "H200 SXM (141 GB)"
+    assert options["h100"] == "H100 SXM (85.9 GB (80.0 GiB))"
+    assert options["h200"] == "H200 SXM (151.4 GB (141.0 GiB))"
     assert all(DEVICES[key].memory_bytes for key in options)
     assert set(options) == {key for key, device in DEVICES.items() if device.memory_bytes}
 
@@ -85,26 +85,26 @@ def test_pipeline_explorer_shows_model_errors_in_the_readout():
 def test_zero_calculator_stage_and_gpu_change_the_verdict():
     calculator = widgets.zero_calculator(num_params=7.5e9, world_size=64, stage=0, gpu="h100")
     assert "does not fit" in calculator.readout.value
-    assert "120.0 GB of 80 GB" in calculator.readout.value
+    assert "120.0 GB of 85.9 GB (80.0 GiB)" in calculator.readout.value
     first_image = png(calculator)
 
     calculator.controls["stage"].value = 1
     assert "fits" in calculator.readout.value and "does not fit" not in calculator.readout.value
-    assert "31.4 GB of 80 GB" in calculator.readout.value
+    assert "31.4 GB of 85.9 GB (80.0 GiB)" in calculator.readout.value
     assert png(calculator) != first_image
 
     calculator.controls["gpu"].value = "h200"
-    assert "31.4 GB of 141 GB" in calculator.readout.value
+    assert "31.4 GB of 151.4 GB (141.0 GiB)" in calculator.readout.value
 
 
 def test_zero_calculator_follows_parameters_and_world_size():
     calculator = widgets.zero_calculator(num_params=1e9, world_size=8, stage=3)
     expected = costmodel.zero_memory(1e9, 8, 3).total / 1e9
-    assert f"{expected:.1f} GB of 80 GB" in calculator.readout.value  # 16 x 1e9 / 8 = 2.0 GB
+    assert f"{expected:.1f} GB of 85.9 GB (80.0 GiB)" in calculator.readout.value  # 16 x 1e9 / 8 = 2.0 GB
     calculator.controls["N"].value = 16
-    assert "1.0 GB of 80 GB" in calculator.readout.value
+    assert "1.0 GB of 85.9 GB (80.0 GiB)" in calculator.readout.value
     calculator.controls["params"].value = 1e11
-    assert "100.0 GB of 80 GB" in calculator.readout.value and "does not fit" in calculator.readout.value
+    assert "100.0 GB of 85.9 GB (80.0 GiB)" in calculator.readout.value and "does not fit" in calculator.readout.value
 
 
 # ----------------------------------------------------------------------------- strategy
