@@ -4,7 +4,8 @@ A chapter's exercise cell ends with one call such as ``check.busbw(answer_1)`` t
 one-line verdict (correct, a named mistake, or "not answered yet"); a lab's visible test
 raises :class:`CheckFailed` with one line saying what differs on which rank. The checks live
 here, tested once, so a notebook cell shows the student's answer and not the solution; read
-one with ``??`` to see how it judges.
+one with ``??`` to see how it judges. What every check shares (reading the answer, "not
+answered yet", matching the named mistakes) is in :mod:`labutils.checks.answers`.
 
 One module per topic; a notebook imports the one it needs::
 

@@ -11,7 +11,7 @@ n is the number of ranks, S the buffer in bytes, alpha seconds per message, beta
 from __future__ import annotations
 
 from labutils import collectives_bench, costmodel
-from labutils.checks.answers import first_match, not_a_number
+from labutils.checks.answers import first_match, name_problem, number_problem
 
 
 def all_gather_busbw(answer, size_bytes: int = 1073741824, time_s: float = 4000e-6, ranks: int = 8) -> None:
@@ -20,11 +20,8 @@ def all_gather_busbw(answer, size_bytes: int = 1073741824, time_s: float = 4000e
 
 
 def _all_gather_busbw_verdict(answer, size_bytes, time_s, ranks) -> str:
-    problem = not_a_number(answer, "GB/s")
-    if problem:
-        return problem
     algbw, busbw = collectives_bench.bandwidths("all_gather", size_bytes, time_s, ranks)
-    mistakes = [
+    candidates = [  # the right value first, then the usual mistakes
         (busbw, f"correct: algbw = S / T = {algbw:.1f} GB/s, busbw = algbw x (n-1)/n = {busbw:.1f} GB/s"),
         (algbw * collectives_bench.bus_bandwidth_factor("all_reduce", ranks),
          "you used the all-reduce factor 2(n-1)/n; all-gather moves (n-1)/n of the data"),
@@ -34,7 +31,9 @@ def _all_gather_busbw_verdict(answer, size_bytes, time_s, ranks) -> str:
         (busbw * 1e9 / 2**30, "nccl-tests' GB/s is 1e9 bytes/s, not GiB/s"),
         (algbw * 1e9 / 2**30, "nccl-tests' GB/s is 1e9 bytes/s, not GiB/s"),
     ]
-    return first_match(answer, mistakes, 0.005, "not quite: algbw = size / time, then busbw = algbw x (n-1)/n")
+    what = "a finite number of GB/s"
+    return number_problem(answer, what, finite=what) or first_match(
+        answer, candidates, "not quite: algbw = size / time, then busbw = algbw x (n-1)/n", rel_tol=0.005)
 
 
 def ring_allreduce_time(answer, size_bytes: float = 1e9, ranks: int = 16, alpha: float = 50e-6,
@@ -44,12 +43,9 @@ def ring_allreduce_time(answer, size_bytes: float = 1e9, ranks: int = 16, alpha:
 
 
 def _ring_allreduce_time_verdict(answer, S, n, alpha, beta) -> str:
-    problem = not_a_number(answer, "seconds")
-    if problem:
-        return problem
     expected = costmodel.collective_time("all_reduce", "ring", S, n, alpha, beta)
     latency, bandwidth = 2 * (n - 1) * alpha, 2 * (n - 1) / n * S * beta
-    mistakes = [
+    candidates = [  # the right value first, then the usual mistakes
         (expected, f"correct: 2(n-1) alpha + 2(n-1)/n S beta = {latency:.4f} + {bandwidth:.5f} = {expected:.5f} s"),
         (costmodel.collective_time("all_reduce", "double_binary_tree", S, n, alpha, beta),
          "that latency term, 2 lg n alpha, is a tree's; the ring takes 2(n-1) steps"),
@@ -58,7 +54,9 @@ def _ring_allreduce_time_verdict(answer, S, n, alpha, beta) -> str:
         (costmodel.collective_time("all_gather", "ring", S, n, alpha, beta),
          "that is one half (a reduce-scatter or an all-gather); the all-reduce does both"),
     ]
-    return first_match(answer, mistakes, 0.002, "not quite: ring all-reduce time = 2(n-1) alpha + 2(n-1)/n S beta")
+    what = "a finite number of seconds"
+    return number_problem(answer, what, finite=what) or first_match(
+        answer, candidates, "not quite: ring all-reduce time = 2(n-1) alpha + 2(n-1)/n S beta", rel_tol=0.002)
 
 
 def allreduce_bytes_per_rank(answer, size_bytes: float = 1e9, ranks: int = 4) -> None:
@@ -67,18 +65,17 @@ def allreduce_bytes_per_rank(answer, size_bytes: float = 1e9, ranks: int = 4) ->
 
 
 def _allreduce_bytes_verdict(answer, S, n) -> str:
-    problem = not_a_number(answer, "bytes")
-    if problem:
-        return problem
     expected = costmodel.ring_bytes_per_rank("all_reduce", S, n)
-    mistakes = [
+    candidates = [  # the right value first, then the usual mistakes
         (expected, f"correct: 2(n-1)/n x S = 2 x {n - 1}/{n} x {S / 1e9:g} GB = {expected:.3g} bytes"),
         (2 * S, f"2 S is the limit for many GPUs; with n = {n} it is 2(n-1)/n x S"),
         (n * expected, f"that is the total over all {n} GPUs; the question asks what each one sends"),
         (expected / 2, "that is one half (the reduce-scatter or the all-gather); an all-reduce does both"),
         (expected / 1e9, "give bytes, not GB"),
     ]
-    return first_match(answer, mistakes, 0.001, "not quite: each rank sends (n-1)/n x S in each of the two halves")
+    what = "a finite number of bytes"
+    return number_problem(answer, what, finite=what) or first_match(
+        answer, candidates, "not quite: each rank sends (n-1)/n x S in each of the two halves", rel_tol=0.001)
 
 
 _MOE_FEEDBACK = {
@@ -100,9 +97,8 @@ def moe_token_exchange(answer) -> None:
 
 
 def _moe_verdict(answer) -> str:
-    if answer is None:
-        return "not answered yet"
-    if not isinstance(answer, str):
-        return f'give the collective\'s name as a string, e.g. "broadcast", not {answer!r}'
+    problem = name_problem(answer, "the collective's name", "broadcast")
+    if problem:
+        return problem
     name = "".join(ch for ch in answer.lower() if ch.isalpha())  # "all-to-all", "all_to_all" -> "alltoall"
     return _MOE_FEEDBACK.get(name, f"{answer!r} is not one of the collectives of 5.1; look at its table")

@@ -9,31 +9,8 @@ them; ``None`` means "not answered yet".
 """
 from __future__ import annotations
 
-import math
-
 from labutils import costmodel
-
-NOT_ANSWERED = "not answered yet"
-
-
-def number_or_message(answer, unit: str) -> tuple[float | None, str | None]:
-    """(the answer as a float, None) or (None, the message to print instead): the answer is
-    missing, not a number (bools and strings are not numbers), or not finite."""
-    if answer is None:
-        return None, NOT_ANSWERED
-    if isinstance(answer, bool) or not isinstance(answer, (int, float)):
-        return None, f"give a number of {unit}, not {type(answer).__name__}"
-    if not math.isfinite(answer):
-        return None, f"give a finite number of {unit}, not {answer}"
-    return float(answer), None
-
-
-def first_match(value: float, verdicts: list[tuple[float, str]], rel_tol: float, otherwise: str) -> str:
-    """The message of the first (number, message) pair whose number ``value`` equals within
-    ``rel_tol`` (the right answer first, then the named mistakes), else ``otherwise``."""
-    return next((message for number, message in verdicts if math.isclose(value, number, rel_tol=rel_tol)),
-                otherwise)
-
+from labutils.checks.answers import NOT_ANSWERED, first_match, number_problem
 
 # Exercise 1: a model of 1.3e9 parameters, bf16 gradients, ring all-reduce over 8 GPUs.
 _EX1_PARAMS, _EX1_GPUS, _EX1_BYTES_PER_GRAD = 1.3e9, 8, 2
@@ -41,12 +18,10 @@ _EX1_PARAMS, _EX1_GPUS, _EX1_BYTES_PER_GRAD = 1.3e9, 8, 2
 
 def ring_allreduce_bytes_verdict(answer) -> str:
     """The verdict :func:`ring_allreduce_bytes` prints (bytes one GPU sends per step)."""
-    value, message = number_or_message(answer, "bytes")
-    if message:
-        return message
     buffer = _EX1_PARAMS * _EX1_BYTES_PER_GRAD
     expected = costmodel.ring_bytes_per_rank("all_reduce", buffer, _EX1_GPUS)
-    return first_match(value, [
+    problem = number_problem(answer, "a number of bytes", finite="a finite number of bytes", show_type=True)
+    return problem or first_match(answer, [
         (expected, f"correct: 2(n-1)/n x S = 2 x 7/8 x {buffer:.3g} B = {expected:.4g} B"),
         (expected / 2, "half the answer: either you used the all-gather factor (n-1)/n (an all-reduce is a "
                        "reduce-scatter plus an all-gather: 2(n-1)/n), or you counted parameters, not bytes "
@@ -54,7 +29,8 @@ def ring_allreduce_bytes_verdict(answer) -> str:
         (2 * buffer, "that is the n -> infinity limit 2S; with n = 8 the ring moves 2(n-1)/n x S"),
         (2 * expected, "bf16 gradients are 2 bytes each, not 4"),
         (expected * _EX1_GPUS, "that is the traffic summed over all 8 GPUs; the question asks for one GPU"),
-    ], 1e-3, f"not quite: a ring all-reduce moves 2(n-1)/n x S per GPU, with S = {buffer:.3g} bytes of gradients")
+    ], f"not quite: a ring all-reduce moves 2(n-1)/n x S per GPU, with S = {buffer:.3g} bytes of gradients",
+        rel_tol=1e-3)
 
 
 def ring_allreduce_bytes(answer) -> None:
@@ -68,16 +44,15 @@ _EX2_SINGLE, _EX2_GPUS, _EX2_MEASURED = 410.0, 8, 2952.0
 
 def scaling_efficiency_verdict(answer) -> str:
     """The verdict :func:`scaling_efficiency` prints (a fraction between 0 and 1)."""
-    value, message = number_or_message(answer, "(a fraction)")
-    if message:
-        return message
     expected = costmodel.scaling_efficiency(_EX2_MEASURED, _EX2_GPUS, _EX2_SINGLE)
-    return first_match(value, [
+    problem = number_problem(answer, "a number of (a fraction)", finite="a finite number of (a fraction)",
+                             show_type=True)
+    return problem or first_match(answer, [
         (expected, f"correct: 2952 / (8 x 410) = {expected:.3f}"),
         (1 / expected, "upside down: efficiency = actual / (d x single), which cannot exceed 1 here"),
         (100 * expected, "right number, wrong unit: give a fraction (0.9), not a percentage"),
         (_EX2_MEASURED / _EX2_SINGLE, "that is the speed-up; divide it by the number of GPUs to get the efficiency"),
-    ], 1e-3, "not quite: efficiency = throughput on d GPUs / (d x throughput on one GPU)")
+    ], "not quite: efficiency = throughput on d GPUs / (d x throughput on one GPU)", rel_tol=1e-3)
 
 
 def scaling_efficiency(answer) -> None:

@@ -10,7 +10,7 @@ the usual mistakes (both directions added, bits for bytes, the encoding left out
 from __future__ import annotations
 
 from labutils import interconnects, topology
-from labutils.checks.answers import first_match, not_a_number
+from labutils.checks.answers import NOT_ANSWERED, first_match, name_problem, number_problem
 
 #: the shipped matrices the exercises are about (labutils/data/topo, INDEX.md says where each was published)
 PCIE_TWO_SOCKETS = "07"
@@ -23,17 +23,16 @@ def pcie5_x16(answer) -> None:
 
 
 def _pcie5_verdict(answer) -> str:
-    problem = not_a_number(answer, "GB/s")
-    if problem:
-        return problem
     expected = interconnects.link("pcie5").per_direction_GBps
-    return first_match(answer, [
+    what = "a finite number of GB/s"
+    return number_problem(answer, what, finite=what) or first_match(answer, [
         (expected, f"correct: 32 GT/s x 16 lanes x 128/130 / 8 bits = {expected:.2f} GB/s per direction"),
         (2 * expected, "that is both directions added; a transfer from A to B gets one direction only"),
         (32 * 16 / 8, "you left out the encoding: only 128 of every 130 bits carry data"),
         (8 * expected, "that is in Gb/s (bits); divide by 8 for GB/s"),
         (expected / 16, "that is one lane; an x16 link has 16 of them"),
-    ], 0.005, "not quite: multiply the transfer rate by the lanes and by 128/130, then divide by 8 bits per byte")
+    ], "not quite: multiply the transfer rate by the lanes and by 128/130, then divide by 8 bits per byte",
+        rel_tol=0.005)
 
 
 def tp_group_one_socket(answer) -> None:
@@ -43,7 +42,7 @@ def tp_group_one_socket(answer) -> None:
 
 def _tp_group_verdict(answer, topo) -> str:
     if answer is None:
-        return "not answered yet"
+        return NOT_ANSWERED
     if not isinstance(answer, (list, tuple, set)) or not all(isinstance(name, str) for name in answer):
         return 'give a list of GPU names such as ["GPU0", "GPU1", "GPU2", "GPU3"]'
     names = list(dict.fromkeys(answer))
@@ -67,18 +66,16 @@ def ndr_transfer_seconds(answer, nbytes: float = 1e10) -> None:
 
 
 def _ndr_verdict(answer, nbytes) -> str:
-    problem = not_a_number(answer, "seconds")
-    if problem:
-        return problem
     port = interconnects.link("ib_ndr")
     expected = nbytes / port.per_direction_Bps
-    return first_match(answer, [
+    what = "a finite number of seconds"
+    return number_problem(answer, what, finite=what) or first_match(answer, [
         (expected, f"correct: {nbytes:g} B / ({port.rate_text.split(' per')[0]} / 8) = {expected:.2f} s"),
         (expected / 8, "you read 400 Gb/s as 400 GB/s: network ports are rated in bits, divide by 8"),
         (2 * expected, "400 Gb/s is already per direction: do not halve it"),
         (8 * expected, "you counted the message in bits but the port in bytes per second: use the same unit on both sides"),
-    ], 0.01, f"not quite: seconds = bytes / (bytes per second); {port.rate_text.split(' per')[0]} is "
-             f"{port.per_direction_GBps:g} GB/s")
+    ], f"not quite: seconds = bytes / (bytes per second); {port.rate_text.split(' per')[0]} is "
+       f"{port.per_direction_GBps:g} GB/s", rel_tol=0.01)
 
 
 def gpudirect_nic(answer, gpu: str = "GPU3") -> None:
@@ -87,10 +84,9 @@ def gpudirect_nic(answer, gpu: str = "GPU3") -> None:
 
 
 def _nic_verdict(answer, gpu, topo) -> str:
-    if answer is None:
-        return "not answered yet"
-    if not isinstance(answer, str):
-        return f'give the NIC\'s name as a string, e.g. "NIC0", not {answer!r}'
+    problem = name_problem(answer, "the NIC's name", "NIC0")
+    if problem:
+        return problem
     by_device = {device: nic for nic, device in topo.nic_names.items()}  # "mlx5_2" -> "NIC2" (the NIC Legend)
     nic = by_device.get(answer, answer)
     if nic not in topo.nics:

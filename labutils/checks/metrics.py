@@ -10,39 +10,8 @@ check prints.
 """
 from __future__ import annotations
 
-import math
-import numbers
-from typing import Sequence
-
 from labutils import costmodel, interconnects, roofline
-
-NOT_ANSWERED = "not answered yet"
-
-
-def _number_or_reason(answer) -> tuple[float | None, str | None]:
-    """(the answer as a float, None), or (None, why it is not a number to judge)."""
-    if answer is None:
-        return None, NOT_ANSWERED
-    if isinstance(answer, bool) or not isinstance(answer, numbers.Real):
-        return None, f"give a number, not {answer!r}"
-    if not math.isfinite(float(answer)):
-        return None, f"give a finite number, not {answer!r}"
-    return float(answer), None
-
-
-def _judge(answer, expected: float, correct: str, mistakes: Sequence[tuple[float, str]], rel_tol: float,
-           otherwise: str) -> str:
-    """The verdict on ``answer``: ``correct`` when it is within ``rel_tol`` of ``expected``, the
-    message of the first mistake whose value it matches, else "not <answer>: ``otherwise``"."""
-    value, reason = _number_or_reason(answer)
-    if reason:
-        return reason
-    if math.isclose(value, expected, rel_tol=rel_tol):
-        return f"correct: {correct}"
-    for wrong_value, message in mistakes:
-        if math.isclose(value, wrong_value, rel_tol=rel_tol):
-            return message
-    return f"not {answer}: {otherwise}"
+from labutils.checks.answers import first_match, number_problem
 
 
 # Exercise 1: a 7B model (L = 32, h = 4096, s = 4096) at 8,000 tokens/s on one H100 SXM, BF16.
@@ -54,15 +23,14 @@ def mfu_verdict(answer) -> str:
     """The verdict :func:`mfu` prints (MFU as a fraction)."""
     dense = roofline.DEVICES["h100"].peak("bf16")
     expected = costmodel.mfu(_MFU_TOKENS_PER_S, peak_flops=dense, **_MFU_MODEL)
-    mistakes = [
+    return number_problem(answer) or first_match(answer, [
+        (expected, f"correct: {expected:.3f}"),
         (expected / 2, f"you divided by the 2:4-sparse peak ({2 * dense / 1e12:,.0f} TFLOP/s); "
                        f"MFU uses the dense peak ({dense / 1e12:,.0f})"),
         (_MFU_TOKENS_PER_S * 6 * _MFU_MODEL["num_params"] / dense,
          "you counted only 6N; add the attention FLOPs 12 L h s per token"),
         (100 * expected, "give a fraction (0.5 for 50%), not a percentage"),
-    ]
-    return _judge(answer, expected, f"{expected:.3f}", mistakes, 0.02,
-                  "compute tokens/s x (6N + 12 L h s) / dense peak FLOP/s")
+    ], f"not {answer}: compute tokens/s x (6N + 12 L h s) / dense peak FLOP/s", rel_tol=0.02)
 
 
 def mfu(answer) -> None:
@@ -77,14 +45,13 @@ _SCALING_ONE, _SCALING_N, _SCALING_ALL = 1_000, 64, 48_000
 def scaling_verdict(answer) -> str:
     """The verdict :func:`scaling` prints (scaling efficiency as a fraction)."""
     expected = costmodel.scaling_efficiency(_SCALING_ALL, _SCALING_N, _SCALING_ONE)
-    mistakes = [
+    return number_problem(answer) or first_match(answer, [
+        (expected, f"correct: {expected:.2f}"),
         (1 / expected, "that is the ratio upside down: actual / (n x single-GPU throughput), not the reverse"),
         (_SCALING_ALL / _SCALING_ONE,
          f"that is the speed-up ({_SCALING_ALL / _SCALING_ONE:g}x); divide it by the {_SCALING_N} GPUs"),
         (100 * expected, "give a fraction (0.5 for 50%), not a percentage"),
-    ]
-    return _judge(answer, expected, f"{expected:.2f}", mistakes, 0.01,
-                  "efficiency = actual throughput / (n x single-GPU throughput)")
+    ], f"not {answer}: efficiency = actual throughput / (n x single-GPU throughput)", rel_tol=0.01)
 
 
 def scaling(answer) -> None:
@@ -104,14 +71,13 @@ def availability_verdict(answer) -> str:
     """The verdict :func:`availability` prints (the job's availability as a fraction)."""
     job_mtbf = _GPU_MTBF_H / _JOB_GPUS
     expected = _up_share(job_mtbf, _MTTR_H)
-    mistakes = [
+    return number_problem(answer) or first_match(answer, [
+        (expected, f"correct: job MTBF {job_mtbf:.1f} h, availability {expected:.3f}"),
         (_up_share(_GPU_MTBF_H, _MTTR_H), f"you used one GPU's MTBF; the job stops when ANY of the {_JOB_GPUS:,} "
                                           f"fails: MTBF_job = {_GPU_MTBF_H:,} h / {_JOB_GPUS:,}"),
         (_up_share(job_mtbf, 60 * _MTTR_H), "MTTR is 30 minutes = 0.5 hours; keep MTBF and MTTR in the same unit"),
         (100 * expected, "give a fraction (0.99 for 99%), not a percentage"),
-    ]
-    return _judge(answer, expected, f"job MTBF {job_mtbf:.1f} h, availability {expected:.3f}", mistakes, 0.005,
-                  "availability = MTBF_job / (MTBF_job + MTTR), MTBF_job = MTBF_gpu / n")
+    ], f"not {answer}: availability = MTBF_job / (MTBF_job + MTTR), MTBF_job = MTBF_gpu / n", rel_tol=0.005)
 
 
 def availability(answer) -> None:
@@ -128,17 +94,16 @@ def pcie_verdict(answer) -> str:
     per_direction = interconnects.per_direction("pcie4")
     expected_ms = _BATCH_BYTES / per_direction * 1e3
     gib = "mixed GB (1e9 B) and GiB (2^30 B): the batch is 1e9 bytes and GB/s is 1e9 B/s"
-    mistakes = [
+    return number_problem(answer) or first_match(answer, [
+        (expected_ms, f"correct: {expected_ms:.1f} ms at {per_direction / 1e9:.1f} GB/s per direction"),
         (expected_ms / 2, f"that is the time at {2 * per_direction / 1e9:.0f} GB/s: Gen4's figure for both "
                           f"directions added (or Gen5's per direction); one copy uses one direction of "
                           f"Gen4 x16, {per_direction / 1e9:.1f} GB/s"),
         (2**30 / per_direction * 1e3, gib),                                  # the batch read as 1 GiB
         (_BATCH_BYTES / (per_direction / 1e9 * 2**30) * 1e3, gib),          # the link read in GiB/s
         (expected_ms / 1e3, "that is in seconds; give milliseconds"),
-    ]
-    return _judge(answer, expected_ms, f"{expected_ms:.1f} ms at {per_direction / 1e9:.1f} GB/s per direction",
-                  mistakes, 0.03, "time = bytes / per-direction bandwidth "
-                                  "(Gen4 x16: 16 GT/s x 16 lanes x 128/130 / 8 bits)")
+    ], f"not {answer}: time = bytes / per-direction bandwidth (Gen4 x16: 16 GT/s x 16 lanes x 128/130 / 8 bits)",
+        rel_tol=0.03)
 
 
 def pcie(answer) -> None:

@@ -6,7 +6,7 @@ p is the number of stages, m the microbatches per step (``labutils.schedules``).
 """
 from __future__ import annotations
 
-from labutils.checks._answers import first_match, fraction_problem, whole_number_problem
+from labutils.checks.answers import first_match, fraction_problem, whole_number_problem
 
 #: exercise 1 and 2: stages and microbatches
 BUBBLE_CASE = dict(p=8, m=32)

@@ -5,8 +5,8 @@
 """
 from __future__ import annotations
 
-from labutils.checks._answers import (
-    bytes_unit_problem, close, first_match, number_problem, whole_number_problem,
+from labutils.checks.answers import (
+    NOT_ANSWERED, bytes_problem, close, first_match, number_problem, whole_number_problem,
 )
 
 #: exercise 1: B tokens routed top-k over E experts
@@ -53,7 +53,7 @@ def _rank_coordinates_verdict(answer) -> str:
     case = COORDINATE_CASE
     expected = _coordinates(**case)
     if answer is None:
-        return "not answered yet"
+        return NOT_ANSWERED
     if not isinstance(answer, (tuple, list)) or len(answer) != 3 \
             or any(whole_number_problem(value) for value in answer):
         return "give a tuple of three whole numbers: (tp_rank, dp_rank, pp_rank)"
@@ -82,7 +82,7 @@ def _dp_traffic_verdict(answer) -> str:
     expected = costmodel.comm_volume("dp", params=case["params"], tp_size=case["tp"], pp_size=case["pp"],
                                      dp_size=d).bytes_per_step
     whole_model = costmodel.comm_volume("dp", params=case["params"], dp_size=d).bytes_per_step
-    return number_problem(answer, "a number of bytes") or bytes_unit_problem(answer, expected) or first_match(
+    return bytes_problem(answer, expected) or first_match(
         answer,
         [(expected, f"correct: 2(d-1)/d x N/(t p) x 2 bytes = {expected / 1e9:.2f} GB"),
          (whole_model, "each GPU holds only 1/(t p) of the parameters: it all-reduces only those gradients"),

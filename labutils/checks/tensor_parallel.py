@@ -5,7 +5,7 @@
 """
 from __future__ import annotations
 
-from labutils.checks._answers import bytes_unit_problem, first_match, number_problem
+from labutils.checks.answers import bytes_problem, first_match, number_problem
 
 #: exercise 1: a GPT-3 layer (arXiv:2005.14165) under TP = 8, bf16 activations (2 bytes)
 LAYER = dict(hidden=12288, seq_len=2048, micro_batch_size=1, tp_size=8, bytes_per_value=2)
@@ -28,7 +28,7 @@ def _bytes_per_layer_verdict(answer) -> str:
     buffer = LAYER["hidden"] * LAYER["seq_len"] * LAYER["micro_batch_size"] * LAYER["bytes_per_value"]
     ring_factor_missing = (f"close: the ring sends 2(t-1)/t of the buffer, not 2 (or 1); "
                            f"at t = {t} that is {2 * (t - 1) / t:g}")
-    return number_problem(answer, "a number of bytes") or bytes_unit_problem(answer, expected) or first_match(
+    return bytes_problem(answer, expected) or first_match(
         answer,
         [(expected, f"correct: 4 all-reduces x 2(t-1)/t x b s h x 2 bytes = {expected:,.0f} bytes"),
          (expected / 2, "half of it: either you counted only the 2 forward all-reduces (f's backward adds 2 more), "
@@ -47,7 +47,7 @@ def bias_error(answer) -> None:
 
 def _bias_error_verdict(answer) -> str:
     t, bias = BIAS_CASE["t"], BIAS_CASE["bias"]
-    return number_problem(answer) or first_match(
+    return number_problem(answer, show_type=True) or first_match(
         answer,
         [((t - 1) * bias, f"correct: t copies of b are summed, one was wanted: (t-1) b = {(t - 1) * bias:g}"),
          (t * bias, "that is the total bias in the wrong output (t b); the right output already has one b: "
@@ -70,7 +70,7 @@ def _activation_memory_verdict(answer) -> str:
     t = case.pop("tp")
     expected = strategy.activation_bytes_per_layer(**case, tp=t)
     unsplit = strategy.activation_bytes_per_layer(**case, tp=1)
-    return number_problem(answer, "a number of bytes") or bytes_unit_problem(answer, expected) or first_match(
+    return bytes_problem(answer, expected) or first_match(
         answer,
         [(expected, f"correct: sbh(10 + 24/t + 5as/(ht)) = {expected / 1e9:.2f} GB"),
          (unsplit, "that is the layer without parallelism; with TP the 24 sbh and the attention term are divided by t"),

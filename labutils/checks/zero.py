@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 
 from labutils import costmodel, roofline
-from labutils.checks.data_parallel import NOT_ANSWERED, first_match, number_or_message
+from labutils.checks.answers import NOT_ANSWERED, first_match, number_problem, whole_number_problem
 
 _MAX_GPUS = 1 << 20
 _REL_TOL = 5e-3  # answers given to three significant figures pass
@@ -25,21 +25,20 @@ _EX1_PARAMS, _EX1_GPUS = 13e9, 16
 
 def stage2_memory_verdict(answer) -> str:
     """The verdict :func:`stage2_memory` prints (GB of model states per GPU)."""
-    value, message = number_or_message(answer, "GB")
-    if message:
-        return message
     by_stage = {row.stage: row.total / 1e9 for row in costmodel.zero_memory_table(_EX1_PARAMS, _EX1_GPUS)}
     expected = by_stage[2]
     wrong_stages = [(total, f"that is stage {stage} ({'DDP' if stage == 0 else 'ZeRO-' + str(stage)}); stage 2 "
                             "shards the optimizer states and the gradients, not the 2N bytes of fp16 parameters")
                     for stage, total in by_stage.items() if stage != 2]
-    return first_match(value, [
+    problem = number_problem(answer, "a number of GB", finite="a finite number of GB", show_type=True)
+    return problem or first_match(answer, [
         (expected, f"correct: 2N + 14N/d = 26 + {14 * 13 / 16:g} = {expected:.2f} GB"),
         *wrong_stages,
         (expected * 1e9 / 2**30, "right bytes in GiB (2^30); the course uses GB = 1e9 bytes"),
         (14 * _EX1_PARAMS / _EX1_GPUS / 1e9,
          "you sharded gradients and optimizer states (14N/d) but forgot the unsharded fp16 parameters (2N)"),
-    ], _REL_TOL, "not quite: stage 2 keeps 2N bytes of parameters plus (2 + 12)N/d of gradients and optimizer states")
+    ], "not quite: stage 2 keeps 2N bytes of parameters plus (2 + 12)N/d of gradients and optimizer states",
+        rel_tol=_REL_TOL)
 
 
 def stage2_memory(answer) -> None:
@@ -61,7 +60,7 @@ def stage3_gpus_verdict(answer) -> str:
     """The verdict :func:`stage3_gpus` prints (a whole number of GPUs)."""
     if answer is None:
         return NOT_ANSWERED
-    if isinstance(answer, bool) or not isinstance(answer, (int, float)) or not float(answer).is_integer():
+    if whole_number_problem(answer):
         return "give a whole number of GPUs"
     answer = int(answer)
     capacity = roofline.get_device("h100").memory_bytes
@@ -91,19 +90,17 @@ _EX3_PARAMS, _EX3_GPUS, _EX3_BYTES = 7.5e9, 64, 2
 
 def stage3_traffic_verdict(answer) -> str:
     """The verdict :func:`stage3_traffic` prints (GB one GPU sends per step)."""
-    value, message = number_or_message(answer, "GB")
-    if message:
-        return message
     expected = costmodel.zero_comm_bytes(_EX3_PARAMS, _EX3_GPUS, 3, bytes_per_value=_EX3_BYTES) / 1e9
     stage_2 = costmodel.zero_comm_bytes(_EX3_PARAMS, _EX3_GPUS, 2, bytes_per_value=_EX3_BYTES) / 1e9
-    return first_match(value, [
+    problem = number_problem(answer, "a number of GB", finite="a finite number of GB", show_type=True)
+    return problem or first_match(answer, [
         (expected, f"correct: 3 x (d-1)/d x N x 2 bytes = {expected:.2f} GB"),
         (stage_2, "that is DDP or stages 1-2 (2N); stage 3 all-gathers the parameters again in backward: 3 passes"),
         (3 * _EX3_PARAMS * _EX3_BYTES / 1e9,
          "that is the d -> infinity limit 3N; each ring pass moves (d-1)/d of the buffer, 63/64 here"),
         (expected / _EX3_BYTES, "count bytes, not parameters: bf16 is 2 bytes per value"),
         (expected * _EX3_GPUS, "that is the traffic summed over all 64 GPUs; the step time depends on one GPU's share"),
-    ], _REL_TOL, "not quite: stage 3 makes three ring passes over the parameter bytes, each (d-1)/d of them")
+    ], "not quite: stage 3 makes three ring passes over the parameter bytes, each (d-1)/d of them", rel_tol=_REL_TOL)
 
 
 def stage3_traffic(answer) -> None:
