@@ -1,23 +1,20 @@
 """What the end-to-end tests of labs 2 to 5 share: one lab's notebooks, its wrong-implementation
 fixtures (tests/fixtures/labNN), the solution's code run in a namespace, and the two ways a
 fixture is held to the parts it must lose (the judge alone, or real nbgrader through
-``autograder.runner.grade_class``, which is what ``labutils grade`` runs)."""
+``autograder.runner.grade_class``, which is what ``course grade`` runs)."""
 from __future__ import annotations
 
 import os
-import sys
 
 import cloudpickle
 import nbformat
 import torch
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if os.path.join(REPO, "grading") not in sys.path:
-    sys.path.insert(0, os.path.join(REPO, "grading"))
 
-from autograder.fixtures import apply_fixture, parse_fixture, student_solution  # noqa: E402
-from autograder.runner import GradeOptions, grade_class  # noqa: E402
-from judge import engine  # noqa: E402
+from grading.autograder.fixtures import apply_fixture, parse_fixture, student_solution
+from grading.autograder.runner import GradeOptions, grade_class
+from grading.judge import engine
 
 
 class GradedLab:

@@ -5,7 +5,6 @@ the ranks send back can run code in the judge."""
 from __future__ import annotations
 
 import os
-import sys
 import textwrap
 
 import cloudpickle
@@ -17,10 +16,9 @@ import labutils
 from proctree import describe, descendants, wait_until_gone
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(REPO, "grading"))
 
-from autograder.fixtures import apply_fixture, parse_fixture, student_solution  # noqa: E402
-from judge import client, engine  # noqa: E402
+from grading.autograder.fixtures import apply_fixture, parse_fixture, student_solution
+from grading.judge import client, engine
 
 LAB = "lab01_tensor_parallel"
 
@@ -57,7 +55,7 @@ def solution():
     return _notebook_namespace()
 
 
-#: reference.md, "Tensor parallelism": the collectives of each mapping and layer, forward / backward.
+#: The collectives of each mapping and layer, forward / backward (Megatron-LM, arXiv:1909.08053 section 3).
 MEGATRON_PATTERN = {
     "test_f": lambda p: ({}, {"all_reduce": 1}),
     "test_g": lambda p: ({"all_reduce": 1}, {}),
@@ -126,12 +124,12 @@ def test_a_rank_killed_by_the_submission_fails_only_its_test(solution):
 
 def test_a_submission_that_borrows_the_reference_is_refused():
     namespace = {"__name__": "__main__"}
-    exec("import reference.tensor_parallel as ref\n"
+    exec("import grading.reference.tensor_parallel as ref\n"
          "def reduce_from_tp_region(x, group):\n    return ref.reduce_from_tp_region(x, group)\n", namespace)
     objects = {"reduce_from_tp_region": namespace["reduce_from_tp_region"]}
     verdict = engine.run_test(LAB, "test_g", list(objects), cloudpickle.dumps(objects), {}, rank_timeout_s=60)
     assert not verdict.passed
-    assert "uses the grader's own implementation: ref (reference.tensor_parallel)" in verdict.lines[0]
+    assert "uses the grader's own implementation: ref (grading.reference.tensor_parallel)" in verdict.lines[0]
 
 
 def _judge_source(test: str, source: str, seed: int = 6):
@@ -193,7 +191,7 @@ _LOOKUPS = {
             def __init__(self, *args, **kwargs):  # the judge's own dense maths, found on the rank
                 super().__init__()
                 import sys
-                sys.modules["judge.lab01_tensor_parallel"].TESTS["test_row_parallel"].expected(None, {})
+                sys.modules["grading.judge.lab01_tensor_parallel"].TESTS["test_row_parallel"].expected(None, {})
     ''',
 }
 

@@ -10,9 +10,8 @@ import nbformat
 import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(REPO, "grading"))
 
-from release import differences, source_labs  # noqa: E402
+from grading.release import differences, source_labs
 
 LABS = source_labs()
 _JUDGE_CALL = re.compile(r'^judge\("(?P<lab>[^"]+)", "(?P<test>[^"]+)", (?P<args>.*)\)$', re.MULTILINE)
@@ -28,7 +27,7 @@ def test_there_is_a_lab():
 
 @pytest.mark.parametrize("lab", LABS)
 def test_labs_is_what_generate_assignment_makes_of_solutions_today(lab):
-    assert differences(lab) == [], "stale release: run  python grading/release.py " + lab
+    assert differences(lab) == [], "stale release: run  course release " + lab
 
 
 def test_the_release_check_reports_a_stale_or_missing_release(tmp_path, monkeypatch):
@@ -57,7 +56,7 @@ def test_the_release_check_reports_a_stale_or_missing_release(tmp_path, monkeypa
 
 @pytest.mark.parametrize("lab", LABS)
 def test_every_hidden_test_cell_calls_its_judge_with_what_the_judge_needs(lab):
-    from judge.engine import load_lab
+    from grading.judge.engine import load_lab
 
     tests = load_lab(lab).TESTS
     called = {}

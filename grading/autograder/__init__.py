@@ -1,4 +1,4 @@
-"""Class-scale grading on top of nbgrader, driven by ``labutils grade``.
+"""Class-scale grading on top of nbgrader, driven by ``course grade``.
 
 - ``runner``: autograde a folder of submissions in parallel, one warm judge per worker;
   then trust the judge's verdicts over the notebooks', write feedback and grades.csv
