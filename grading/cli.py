@@ -14,6 +14,10 @@ import argparse
 import importlib
 import sys
 
+from labutils.cli import UsageError  # one kind of user error for both commands: printed as one line
+
+__all__ = ["UsageError", "build_parser", "main"]
+
 #: subcommand -> (module, one-line help)
 SUBCOMMANDS = {
     "release": ("grading.release", "write labs/LAB from solutions/LAB with nbgrader (--check: is labs/ current?)"),
@@ -26,10 +30,6 @@ FORWARDED = {
     "bench": "benchmark a collective in nccl-tests' layout (labutils bench)",
     "model": "answer a cost-model question: zero, bubble, comm, roofline (labutils model)",
 }
-
-
-class UsageError(Exception):
-    """A mistake in the command line the user can fix; printed as one line."""
 
 
 class _OneLineErrorParser(argparse.ArgumentParser):
@@ -56,18 +56,22 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run ``course ARGV``; the exit status (2 for a usage error, printed as one line)."""
     argv = sys.argv[1:] if argv is None else list(argv)
-    if argv and argv[0] in FORWARDED:
+    verb = argv[0] if argv else None
+    if verb in FORWARDED:
         from labutils.cli import main as labutils_main
 
         return labutils_main(argv)
-    parser = build_parser(argv[0] if argv and argv[0] in SUBCOMMANDS else None)
+    parser = build_parser(verb if verb in SUBCOMMANDS else None)
     args = parser.parse_args(argv)
-    if not getattr(args, "command", None):
+    module = getattr(args, "_module", None)
+    if module is None:  # no subcommand
         parser.print_help()
         return 2
     try:
-        return int(args._module.main(args) or 0)
+        status = module.main(args)
     except UsageError as exc:
-        print(f"course {args.command}: error: {exc}", file=sys.stderr)
-        return 2
+        sys.stderr.write(f"course {verb}: error: {exc}\n")
+        status = 2
+    return int(status or 0)

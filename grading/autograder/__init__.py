@@ -6,4 +6,9 @@
 - ``feedback``: the feedback preprocessor that removes hidden tests and their tracebacks
 - ``tampering``: which graded or read-only cells a submission edited or deleted
 - ``report``: the instructor's report (Markdown and JSON)
+- ``course``: the nbgrader course folder, built one way for ``course grade``, ``course release``
+  and the nightly check of the labs
+- ``worker``, ``judge_service``: the autograde worker and the warm judge, each a process started
+  ``python -E -s -m ...`` in the course root (``grading.paths``)
+- ``nbgrader_cli``: nbgrader's API and command line; ``fixtures``: wrong implementations for tests
 """
