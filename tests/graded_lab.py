@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 
-import cloudpickle
 import nbformat
 import torch
 
@@ -14,7 +13,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 from grading.autograder.fixtures import apply_fixture, parse_fixture, student_solution
 from grading.autograder.runner import GradeOptions, grade_class
-from grading.judge import engine
+from grading.judge import client, engine
 
 
 class GradedLab:
@@ -75,7 +74,7 @@ class GradedLab:
         objects = {name: namespace[name] for name in spec.objects}
         results = engine.merge(
             engine.launch_reference(self.name, test, cases, rank_timeout_s=60, backend="gloo"),
-            engine.launch_submission(self.name, test, cases, cloudpickle.dumps(objects), {}, rank_timeout_s=60,
+            engine.launch_submission(self.name, test, cases, client.dumps(objects), {}, rank_timeout_s=60,
                                      backend="gloo"))
         verdict = engine.compare(test, spec, cases, results)
         assert verdict.passed and not verdict.judge_error, verdict.lines
@@ -97,7 +96,7 @@ class GradedLab:
         lost = set()
         for test, spec in self.tests().items():
             objects = {name: namespace[name] for name in spec.objects}
-            verdict = engine.run_test(self.name, test, list(objects), cloudpickle.dumps(objects), {},
+            verdict = engine.run_test(self.name, test, list(objects), client.dumps(objects), {},
                                       rank_timeout_s=self.rank_timeout_s, backend="gloo", seed=5)
             assert not verdict.judge_error, verdict.lines
             if not verdict.passed:

@@ -17,10 +17,12 @@ course's grading code and ignores the kernel's ``PYTHON*`` variables and user si
 """
 from __future__ import annotations
 
+import io
 import linecache
 import os
 import socket
 import subprocess
+import types
 
 from grading.judge.protocol import read_message, write_message
 from grading.paths import COURSE_ROOT, isolated_module
@@ -39,6 +41,28 @@ class HiddenTestsFailed(AssertionError):
 
     def _render_traceback_(self):  # IPython: show this line, not the frames of the grader
         return [f"{type(self).__name__}: {self}"]
+
+
+#: What cloudpickle (3.1 and later) writes as the file name of every code object it sends by value.
+_DYNAMIC_CODE = "<dynamic-code>"
+
+
+def dumps(objects: dict) -> bytes:
+    """cloudpickle of ``objects`` (cells' classes and functions by value), each code object keeping
+    its file name, the cell it came from, which cloudpickle 3.1 replaces with "<dynamic-code>":
+    the judge quotes the student's own line of that cell when the code fails or hangs."""
+    import cloudpickle
+
+    class KeepCellNames(cloudpickle.Pickler):
+        def reducer_override(self, obj):
+            if isinstance(obj, types.CodeType):
+                constructor, args = self.dispatch_table[types.CodeType](obj)
+                return constructor, tuple(obj.co_filename if arg == _DYNAMIC_CODE else arg for arg in args)
+            return super().reducer_override(obj)
+
+    buffer = io.BytesIO()
+    KeepCellNames(buffer).dump(objects)
+    return buffer.getvalue()
 
 
 def _cell_sources() -> dict:
@@ -89,10 +113,8 @@ def _ask_service(path: str, header: dict, blob: bytes) -> dict:
 
 def judge(lab: str, test: str, **objects) -> None:
     """Run the hidden test ``test`` of ``lab`` on ``objects``; print the verdict, raise if it failed."""
-    import cloudpickle
-
     try:
-        blob = cloudpickle.dumps(objects)
+        blob = dumps(objects)
     except Exception as exc:
         raise HiddenTestsFailed(f"{', '.join(objects)} could not be sent to the grader: {exc}") from None
     header = {"lab": lab, "test": test, "names": sorted(objects), "sources": _cell_sources()}
