@@ -1,6 +1,6 @@
 # The course's commands. Each creates .venv and installs what it needs on first use.
 #   make test      run the test suite (what CI runs)
-#   make nightly   execute every notebook headless and write a report under build/nightly/
+#   make nightly   execute every notebook headless and write a report under build/nightly/ (course nightly)
 #   make lab       start JupyterLab on the course
 PYTHON ?= python3
 VENV   := .venv
@@ -22,7 +22,7 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -q
 
 nightly: $(STAMP)
-	$(BIN)/labutils nightly $(NIGHTLY_ARGS)
+	$(BIN)/course nightly $(NIGHTLY_ARGS)
 
 lab: $(STAMP)
 	$(BIN)/jupyter lab --notebook-dir=. --LabApp.default_url=/lab/tree/notebooks/00_start_here.ipynb $(if $(filter 0,$(shell id -u)),--allow-root,) notebooks/00_start_here.ipynb

@@ -1,6 +1,6 @@
-"""How fast is a class graded? `labutils grade` against plain `nbgrader autograde`, in one run.
+"""How fast is a class graded? `course grade` against plain `nbgrader autograde`, in one run.
 
-    python bench/grading.py                  # 30 submissions of lab01_tensor_parallel
+    python bench/grading.py                  # 30 submissions of lab01_tensor_parallel (the course installed)
     python bench/grading.py --n 6            # quicker
     python bench/grading.py --n 30 --workers 4
 
@@ -10,9 +10,10 @@ nbgrader credits its forged pass; the hung rank is left out: it only measures ti
 Wall clock on this machine, gloo on CPU:
 
 - plain: ``nbgrader autograde LAB`` once for every student, in a course folder that loads
-  grading/nbgrader_config.py. nbgrader grades one student after another; each kernel starts
-  its own judge process (``python -I``, torch imported) for its hidden tests.
-- labutils grade: ``labutils grade LAB SUBMISSIONS --workers W``: W students at a time, one
+  grading/nbgrader_config.py (built by ``grading.autograder.course``). nbgrader grades one student
+  after another; each kernel starts its own judge process (``python -E -s -m grading.judge.server``,
+  torch imported) for its hidden tests.
+- course grade: ``course grade LAB SUBMISSIONS --workers W``: W students at a time, one
   warm judge per worker, and it also releases the lab into the gradebook, writes feedback,
   grades.csv and the report (counted in its time; plain autograde does none of that).
 
@@ -30,10 +31,13 @@ import tempfile
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-GRADING = os.path.join(REPO, "grading")
-sys.path.insert(0, GRADING)
+if __name__ == "__main__" and not __package__:
+    # Run as a script, this file (bench/grading.py) would stand in for the grading package it measures:
+    # run it again as the module bench.grading from the course root, where `import grading` is the package.
+    os.chdir(REPO)
+    os.execv(sys.executable, [sys.executable, "-m", "bench.grading", *sys.argv[1:]])
 LAB = "lab01_tensor_parallel"
-#: Fixtures that plain nbgrader and labutils grade must score alike.
+#: Fixtures that plain nbgrader and course grade must score alike.
 HONEST_FIXTURES = ("bias_on_every_shard", "f_backward_without_all_reduce", "g_applied_twice",
                    "gather_instead_of_reduce", "kernel_killer", "tampered")
 
@@ -42,7 +46,7 @@ def make_submissions(folder: str, n: int) -> list:
     """Write n submissions (cycling through the kinds above) as folder/<student>/LAB.ipynb."""
     import nbformat
 
-    from autograder.fixtures import apply_fixture, parse_fixture, student_solution
+    from grading.autograder.fixtures import apply_fixture, parse_fixture, student_solution
 
     source = nbformat.read(os.path.join(REPO, "solutions", LAB, f"{LAB}.ipynb"), as_version=4)
     release = nbformat.read(os.path.join(REPO, "labs", LAB, f"{LAB}.ipynb"), as_version=4)
@@ -79,11 +83,10 @@ def _run(command: list, cwd: str, log_path: str) -> float:
 
 def plain_nbgrader(submissions: str, students: list, course: str, logs: str) -> float:
     """Seconds of one ``nbgrader autograde LAB`` over every student (after an untimed release)."""
-    os.makedirs(course)
-    with open(os.path.join(course, "nbgrader_config.py"), "w") as f:
-        f.write(f"c = get_config()\nload_subconfig({os.path.join(GRADING, 'nbgrader_config.py')!r})\n"
-                f"c.CourseDirectory.root = {course!r}\n"
-                f"c.CourseDirectory.release_directory = {os.path.join(course, 'release')!r}\n")
+    from grading.autograder.course import write_course_config
+
+    write_course_config(course, {"CourseDirectory.release_directory": os.path.join(course, "release")},
+                        written_by="bench/grading.py")
     nbgrader = [sys.executable, "-m", "nbgrader"]
     _run([*nbgrader, "generate_assignment", LAB, "--force"], course, os.path.join(logs, "plain-release.log"))
     for student in students:
@@ -91,10 +94,10 @@ def plain_nbgrader(submissions: str, students: list, course: str, logs: str) -> 
     return _run([*nbgrader, "autograde", LAB], course, os.path.join(logs, "plain-autograde.log"))
 
 
-def labutils_grade(submissions: str, course: str, logs: str, workers: int) -> float:
-    command = [sys.executable, "-m", "labutils", "grade", LAB, submissions, "--course-dir", course,
+def course_grade(submissions: str, course: str, logs: str, workers: int) -> float:
+    command = [sys.executable, "-m", "grading", "grade", LAB, submissions, "--course-dir", course,
                "--workers", str(workers)]
-    return _run(command, REPO, os.path.join(logs, "labutils-grade.log"))
+    return _run(command, REPO, os.path.join(logs, "course-grade.log"))
 
 
 def totals(course: str) -> dict:
@@ -108,12 +111,12 @@ def totals(course: str) -> dict:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=30, help="submissions (default 30)")
-    parser.add_argument("--workers", type=int, default=None, help="labutils grade workers (default: its own)")
+    parser.add_argument("--workers", type=int, default=None, help="course grade workers (default: its own)")
     parser.add_argument("--keep", action="store_true", help="keep the work folder (printed) for a look")
     args = parser.parse_args(argv)
     if args.n < 1:
         parser.error("--n must be at least 1")
-    from labutils.grade_cli import default_workers
+    from grading.grade import default_workers
 
     workers = args.workers or default_workers()
     work = tempfile.mkdtemp(prefix="bench-grading-")
@@ -125,10 +128,10 @@ def main(argv=None) -> int:
         print(f"{args.n} submissions of {LAB}, {os.cpu_count()} cores; work folder {work}")
         plain_s = plain_nbgrader(submissions, students, os.path.join(work, "plain"), logs)
         print(f"plain nbgrader autograde:     {plain_s:7.1f} s  ({plain_s / args.n:5.1f} s per submission)")
-        ours_s = labutils_grade(submissions, os.path.join(work, "ours"), logs, workers)
-        print(f"labutils grade ({workers} workers):  {ours_s:7.1f} s  ({ours_s / args.n:5.1f} s per submission,"
+        ours_s = course_grade(submissions, os.path.join(work, "ours"), logs, workers)
+        print(f"course grade ({workers} workers):    {ours_s:7.1f} s  ({ours_s / args.n:5.1f} s per submission,"
               " feedback and grades.csv included)")
-        print(f"ratio plain / labutils grade: {plain_s / ours_s:.2f}x")
+        print(f"ratio plain / course grade: {plain_s / ours_s:.2f}x")
         plain_totals, ours_totals = totals(os.path.join(work, "plain")), totals(os.path.join(work, "ours"))
         disagree = sorted(s for s in students if plain_totals.get(s) != ours_totals.get(s))
         print("totals agree for every student" if not disagree else

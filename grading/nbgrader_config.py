@@ -4,26 +4,21 @@
 Three ways it is used:
 
     cd grading && nbgrader generate_assignment lab01_tensor_parallel --force --no-db
-    python grading/release.py lab01_tensor_parallel          # the same, in one command
-    labutils grade lab01_tensor_parallel SUBMISSIONS          # its course folder loads this file
+    course release lab01_tensor_parallel           # the same, in one command
+    course grade lab01_tensor_parallel SUBMISSIONS  # its course folder loads this file
 
 Besides nbgrader's defaults it sets: a longer cell timeout (ranks start in each check), test
 and read-only cells that a student deleted are put back and run (``autograder.restore``), a
 dead kernel does not void the submission (``autograder.execute``), and feedback never shows
-hidden tests (``autograder.feedback``). It also tells the kernels where the judge lives
-(``LAB_GRADING_DIR``), for the hidden-test cells.
+hidden tests (``autograder.feedback``). nbgrader must import the ``grading`` package (the
+course's editable install, or ``course grade``, which runs nbgrader in the course root); the
+kernels it starts get the course root first on their PYTHONPATH, so the hidden-test cells'
+``from grading.judge import judge`` finds this course's judge.
 """
 import os
-import sys
 
-GRADING_DIR = os.path.dirname(os.path.abspath(__file__))
-REPO_DIR = os.path.dirname(GRADING_DIR)
-if GRADING_DIR not in sys.path:
-    sys.path.insert(0, GRADING_DIR)
-os.environ.setdefault("LAB_GRADING_DIR", GRADING_DIR)
-
-from nbconvert.preprocessors import ClearMetadataPreprocessor, CSSHTMLHeaderPreprocessor  # noqa: E402
-from nbgrader.preprocessors import (  # noqa: E402
+from nbconvert.preprocessors import ClearMetadataPreprocessor, CSSHTMLHeaderPreprocessor
+from nbgrader.preprocessors import (
     AssignLatePenalties,
     CheckCellMetadata,
     ClearOutput,
@@ -35,9 +30,13 @@ from nbgrader.preprocessors import (  # noqa: E402
     SaveAutoGrades,
 )
 
-from autograder.execute import ResilientExecute  # noqa: E402
-from autograder.feedback import SanitizeHiddenTests  # noqa: E402
-from autograder.restore import RestoreDeletedCells  # noqa: E402
+from grading.autograder.execute import ResilientExecute
+from grading.autograder.feedback import SanitizeHiddenTests
+from grading.autograder.restore import RestoreDeletedCells
+from grading.paths import with_course_on_pythonpath
+
+REPO_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+os.environ.update(with_course_on_pythonpath(dict(os.environ), REPO_DIR))  # for the kernels nbgrader starts
 
 c = get_config()  # noqa: F821 (defined by traitlets when it loads this file)
 

@@ -1,23 +1,19 @@
 """What the end-to-end tests of labs 2 to 5 share: one lab's notebooks, its wrong-implementation
 fixtures (tests/fixtures/labNN), the solution's code run in a namespace, and the two ways a
 fixture is held to the parts it must lose (the judge alone, or real nbgrader through
-``autograder.runner.grade_class``, which is what ``labutils grade`` runs)."""
+``autograder.runner.grade_class``, which is what ``course grade`` runs)."""
 from __future__ import annotations
 
 import os
-import sys
 
-import cloudpickle
 import nbformat
 import torch
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if os.path.join(REPO, "grading") not in sys.path:
-    sys.path.insert(0, os.path.join(REPO, "grading"))
 
-from autograder.fixtures import apply_fixture, parse_fixture, student_solution  # noqa: E402
-from autograder.runner import GradeOptions, grade_class  # noqa: E402
-from judge import engine  # noqa: E402
+from grading.autograder.fixtures import apply_fixture, parse_fixture, student_solution
+from grading.autograder.runner import GradeOptions, grade_class
+from grading.judge import client, engine
 
 
 class GradedLab:
@@ -78,7 +74,7 @@ class GradedLab:
         objects = {name: namespace[name] for name in spec.objects}
         results = engine.merge(
             engine.launch_reference(self.name, test, cases, rank_timeout_s=60, backend="gloo"),
-            engine.launch_submission(self.name, test, cases, cloudpickle.dumps(objects), {}, rank_timeout_s=60,
+            engine.launch_submission(self.name, test, cases, client.dumps(objects), {}, rank_timeout_s=60,
                                      backend="gloo"))
         verdict = engine.compare(test, spec, cases, results)
         assert verdict.passed and not verdict.judge_error, verdict.lines
@@ -100,7 +96,7 @@ class GradedLab:
         lost = set()
         for test, spec in self.tests().items():
             objects = {name: namespace[name] for name in spec.objects}
-            verdict = engine.run_test(self.name, test, list(objects), cloudpickle.dumps(objects), {},
+            verdict = engine.run_test(self.name, test, list(objects), client.dumps(objects), {},
                                       rank_timeout_s=self.rank_timeout_s, backend="gloo", seed=5)
             assert not verdict.judge_error, verdict.lines
             if not verdict.passed:

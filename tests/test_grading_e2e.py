@@ -1,4 +1,4 @@
-"""End to end through real nbgrader and its SQLite gradebook: `labutils grade` on the solution,
+"""End to end through real nbgrader and its SQLite gradebook: `course grade` on the solution,
 the untouched release and every fixture of tests/fixtures/lab01 (wrong implementations, a cheat,
 a tampered notebook, a hung rank, a dead kernel); a kernel that loops forever, with a short cell
 timeout; then plain `nbgrader autograde` on the solution."""
@@ -18,9 +18,8 @@ import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GRADING = os.path.join(REPO, "grading")
-sys.path.insert(0, GRADING)
 
-from autograder.fixtures import apply_fixture, parse_fixture, student_solution  # noqa: E402
+from grading.autograder.fixtures import apply_fixture, parse_fixture, student_solution
 
 LAB = "lab01_tensor_parallel"
 FIXTURES_DIR = os.path.join(REPO, "tests", "fixtures", "lab01")
@@ -59,7 +58,7 @@ def _processes_inside(folder: str) -> list:
 
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
-    """One `labutils grade` run over every kind of submission; its report, output and folders."""
+    """One `course grade` run over every kind of submission; its report, output and folders."""
     work = tmp_path_factory.mktemp("class")
     solution, release = _notebooks()
     submissions = work / "submissions"
@@ -69,7 +68,7 @@ def graded(tmp_path_factory):
         _write(submissions, name, apply_fixture(solution, fixture))
     course = str(work / "course")
     started = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "labutils", "grade", LAB, str(submissions), "--course-dir", course,
+    done = subprocess.run([sys.executable, "-m", "grading", "grade", LAB, str(submissions), "--course-dir", course,
                            "--workers", "2", "--rank-timeout", "10", "--cell-timeout", "120",
                            "--memory-limit", str(MEMORY_LIMIT_GIB)],
                           capture_output=True, text=True, timeout=900, cwd=REPO)
@@ -167,7 +166,7 @@ def test_feedback_never_shows_hidden_tests_but_says_what_failed(graded):
     for student in graded["submissions"]:
         with open(os.path.join(feedback, student, LAB, f"{LAB}.html")) as f:
             page = html.unescape(f.read())
-        for secret in ("HIDDEN TESTS", 'judge("', "judge.client", "LAB_GRADING_DIR", GRADING):
+        for secret in ("HIDDEN TESTS", 'judge("', "grading.judge", GRADING):
             assert secret not in page, (student, secret)
     with open(os.path.join(feedback, "f_backward_without_all_reduce", LAB, f"{LAB}.html")) as f:
         assert "input gradient dX on rank 0 differs" in html.unescape(f.read())
@@ -195,7 +194,7 @@ def test_a_kernel_that_loops_forever_loses_that_part_at_the_cell_timeout_and_the
     _write(submissions, "solution", solution)
     _write(submissions, "kernel_loop", apply_fixture(solution, KERNEL_LOOP))
     course = str(tmp_path / "course")
-    done = subprocess.run([sys.executable, "-m", "labutils", "grade", LAB, str(submissions), "--course-dir", course,
+    done = subprocess.run([sys.executable, "-m", "grading", "grade", LAB, str(submissions), "--course-dir", course,
                            "--workers", "2", "--rank-timeout", "10", "--cell-timeout", "15"],
                           capture_output=True, text=True, timeout=600, cwd=REPO)
     assert done.returncode == 0, done.stdout + done.stderr
@@ -212,12 +211,13 @@ def test_a_kernel_that_loops_forever_loses_that_part_at_the_cell_timeout_and_the
 
 
 def test_usage_errors_are_one_line():
-    from labutils.cli import main
+    from grading.cli import main
 
     assert main(["grade", "no_such_lab", REPO]) == 2
     assert main(["grade", LAB, os.path.join(REPO, "no_such_folder")]) == 2
     assert main(["grade", LAB, REPO, "--workers", "0"]) == 2
     assert main(["grade", LAB, REPO, "--memory-limit", "-1"]) == 2
+    assert main(["grade", LAB, REPO, "--grading-dir", os.path.join(REPO, "labs")]) == 2
 
 
 def test_plain_nbgrader_grades_the_solution_with_a_judge_its_kernel_starts(tmp_path):

@@ -5,10 +5,8 @@ the ranks send back can run code in the judge."""
 from __future__ import annotations
 
 import os
-import sys
 import textwrap
 
-import cloudpickle
 import nbformat
 import pytest
 import torch
@@ -17,10 +15,9 @@ import labutils
 from proctree import describe, descendants, wait_until_gone
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(REPO, "grading"))
 
-from autograder.fixtures import apply_fixture, parse_fixture, student_solution  # noqa: E402
-from judge import client, engine  # noqa: E402
+from grading.autograder.fixtures import apply_fixture, parse_fixture, student_solution
+from grading.judge import client, engine
 
 LAB = "lab01_tensor_parallel"
 
@@ -57,7 +54,7 @@ def solution():
     return _notebook_namespace()
 
 
-#: reference.md, "Tensor parallelism": the collectives of each mapping and layer, forward / backward.
+#: The collectives of each mapping and layer, forward / backward (Megatron-LM, arXiv:1909.08053 section 3).
 MEGATRON_PATTERN = {
     "test_f": lambda p: ({}, {"all_reduce": 1}),
     "test_g": lambda p: ({"all_reduce": 1}, {}),
@@ -73,7 +70,7 @@ def test_the_reference_communicates_as_megatron_does_and_the_solution_passes(tes
     cases = spec.make_cases(torch.Generator().manual_seed(0))
     objects = {name: solution[name] for name in spec.objects}
     results = engine.merge(engine.launch_reference(LAB, test, cases, rank_timeout_s=60, backend="gloo"),
-                           engine.launch_submission(LAB, test, cases, cloudpickle.dumps(objects), {},
+                           engine.launch_submission(LAB, test, cases, client.dumps(objects), {},
                                                     rank_timeout_s=60, backend="gloo"))
     for result in results:
         for case, reference in zip(cases, result["reference"]):
@@ -88,7 +85,7 @@ def test_the_reference_communicates_as_megatron_does_and_the_solution_passes(tes
 def test_a_correct_pattern_with_the_wrong_collective_fails_on_the_count_alone():
     namespace = _notebook_namespace("gather_instead_of_reduce")
     objects = {"RowParallelLinear": namespace["RowParallelLinear"]}
-    verdict = engine.run_test(LAB, "test_row_parallel", list(objects), cloudpickle.dumps(objects), {},
+    verdict = engine.run_test(LAB, "test_row_parallel", list(objects), client.dumps(objects), {},
                               rank_timeout_s=60, seed=2)
     assert not verdict.passed
     assert all("forward on rank 0 made 1 all_gather, expected 1 all_reduce" in line for line in verdict.lines)
@@ -105,7 +102,7 @@ def test_student_code_runs_on_the_ranks_and_its_errors_quote_only_its_own_lines(
     filename = "/tmp/ipykernel_0/0123.py"  # what a kernel calls a cell
     exec(compile(source, filename, "exec"), namespace)
     objects = {"ColumnParallelLinear": namespace["ColumnParallelLinear"]}
-    verdict = engine.run_test(LAB, "test_column_parallel", list(objects), cloudpickle.dumps(objects),
+    verdict = engine.run_test(LAB, "test_column_parallel", list(objects), client.dumps(objects),
                               {filename: source}, rank_timeout_s=60, seed=3)
     assert not verdict.passed and len(verdict.lines) == 1
     assert verdict.lines[0].endswith("RuntimeError: my layer is not finished (in __init__, line 5 of your cell: "
@@ -119,19 +116,19 @@ def test_a_rank_killed_by_the_submission_fails_only_its_test(solution):
          "def reduce_from_tp_region(x, group):\n"
          "    os.kill(os.getpid(), signal.SIGKILL)  # what the out-of-memory killer does\n", namespace)
     objects = {"reduce_from_tp_region": namespace["reduce_from_tp_region"]}
-    verdict = engine.run_test(LAB, "test_g", list(objects), cloudpickle.dumps(objects), {}, rank_timeout_s=60)
+    verdict = engine.run_test(LAB, "test_g", list(objects), client.dumps(objects), {}, rank_timeout_s=60)
     assert not verdict.passed
     assert verdict.lines[0].startswith("✗ a rank died while running your code: rank 0 died") and "SIGKILL" in verdict.lines[0]
 
 
 def test_a_submission_that_borrows_the_reference_is_refused():
     namespace = {"__name__": "__main__"}
-    exec("import reference.tensor_parallel as ref\n"
+    exec("import grading.reference.tensor_parallel as ref\n"
          "def reduce_from_tp_region(x, group):\n    return ref.reduce_from_tp_region(x, group)\n", namespace)
     objects = {"reduce_from_tp_region": namespace["reduce_from_tp_region"]}
-    verdict = engine.run_test(LAB, "test_g", list(objects), cloudpickle.dumps(objects), {}, rank_timeout_s=60)
+    verdict = engine.run_test(LAB, "test_g", list(objects), client.dumps(objects), {}, rank_timeout_s=60)
     assert not verdict.passed
-    assert "uses the grader's own implementation: ref (reference.tensor_parallel)" in verdict.lines[0]
+    assert "uses the grader's own implementation: ref (grading.reference.tensor_parallel)" in verdict.lines[0]
 
 
 def _judge_source(test: str, source: str, seed: int = 6):
@@ -140,7 +137,7 @@ def _judge_source(test: str, source: str, seed: int = 6):
     exec(textwrap.dedent(source), namespace)
     spec = engine.load_lab(LAB).TESTS[test]
     objects = {name: namespace[name] for name in spec.objects}
-    return engine.run_test(LAB, test, list(objects), cloudpickle.dumps(objects), {}, rank_timeout_s=60, seed=seed)
+    return engine.run_test(LAB, test, list(objects), client.dumps(objects), {}, rank_timeout_s=60, seed=seed)
 
 
 def test_a_submission_that_copies_the_references_results_from_the_judges_frames_finds_none():
@@ -193,7 +190,7 @@ _LOOKUPS = {
             def __init__(self, *args, **kwargs):  # the judge's own dense maths, found on the rank
                 super().__init__()
                 import sys
-                sys.modules["judge.lab01_tensor_parallel"].TESTS["test_row_parallel"].expected(None, {})
+                sys.modules["grading.judge.lab01_tensor_parallel"].TESTS["test_row_parallel"].expected(None, {})
     ''',
 }
 
@@ -269,6 +266,6 @@ def test_the_judge_runs_the_hidden_tests_on_nccl_with_one_gpu_per_rank(solution)
         pytest.skip(f"needs 4 CUDA GPUs for NCCL with one GPU per rank ({visible_gpu_count()} visible)")
     for test, spec in engine.load_lab(LAB).TESTS.items():
         objects = {name: solution[name] for name in spec.objects}
-        verdict = engine.run_test(LAB, test, list(objects), cloudpickle.dumps(objects), {},
+        verdict = engine.run_test(LAB, test, list(objects), client.dumps(objects), {},
                                   rank_timeout_s=120, backend="nccl", seed=4)
         assert verdict.passed, verdict.lines

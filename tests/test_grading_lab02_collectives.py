@@ -1,5 +1,5 @@
 """Lab 2 (collectives) graded end to end: the reference sends what a ring must; through real
-nbgrader (``autograder.runner.grade_class``, what ``labutils grade`` runs) the solution scores
+nbgrader (``grading.autograder.runner.grade_class``, what ``course grade`` runs) the solution scores
 full marks, the release zero, and each fixture of the issue's three mistakes (chunk
 bookkeeping, a deadlocking send/recv order, busbw with the wrong factor) loses exactly the
 parts it names; the other fixtures in tests/fixtures/lab02 are held to the same through the
@@ -18,7 +18,7 @@ pytestmark = pytest.mark.usefixtures("no_leftover_processes")
 
 
 def _ring_messages(test: str, ring: int) -> dict:
-    """Sends and receives per rank of one call (reference.md: ring all-reduce = 2(n-1) steps)."""
+    """Sends and receives per rank of one call (a ring all-reduce is 2(n-1) steps: n-1 of reduce-scatter, n-1 of all-gather)."""
     steps = {"test_ring_reduce_scatter": ring - 1, "test_ring_all_gather": ring - 1,
              "test_ring_all_reduce": 2 * (ring - 1)}
     return {"send": steps[test], "recv": steps[test]}
@@ -29,8 +29,8 @@ def test_the_reference_sends_what_a_ring_must_and_the_solution_passes(test):
     cases, results = LAB.judge_the_solution(test)
     for result in results:
         for case, reference in zip(cases, result["reference"]):
-            assert reference["comm"]["forward"] == _ring_messages(test, case.tp_size), case.name
-    sizes = [(case.groups[0]["x"][0].numel(), case.tp_size) for case in cases]
+            assert reference["comm"]["forward"] == _ring_messages(test, case.group_size), case.name
+    sizes = [(case.groups[0]["x"][0].numel(), case.group_size) for case in cases]
     assert any(numel % ring for numel, ring in sizes) and any(numel < ring for numel, ring in sizes)
 
 

@@ -1,6 +1,6 @@
 """Lab 3 (data parallelism) graded end to end: the reference makes DDP's all-reduces (one per
 parameter, one per bucket, buckets sent during backward and the unused head's by finish());
-through real nbgrader (``autograder.runner.grade_class``, what ``labutils grade`` runs) the
+through real nbgrader (``grading.autograder.runner.grade_class``, what ``course grade`` runs) the
 solution scores full marks, the release zero, and the fixtures of the issue's mistakes
 (gradients summed but not averaged, a bucket never flushed, unused parameters) lose exactly
 the parts they name; the other fixtures in tests/fixtures/lab03 are held to the same through
@@ -17,7 +17,7 @@ NBGRADER_FIXTURES = ("summed_not_averaged", "last_bucket_never_flushed", "unused
 pytestmark = pytest.mark.usefixtures("no_leftover_processes")
 
 
-#: Lab 3's reference.md facts: one all-reduce per parameter (4 in TinyMLP), per bucket, and in
+#: What lab 3 asks for (PyTorch DDP's design, arXiv:2006.15704): one all-reduce per parameter (4 in TinyMLP), per bucket, and in
 #: the overlapped version 2 buckets sent during backward and 1 (the unused head's) by finish().
 def _expected_all_reduces(test: str, case) -> dict:
     if test == "test_average_gradients":

@@ -1,6 +1,6 @@
 """Lab 4 (ZeRO) graded end to end: the reference makes ZeRO's collectives (an all-reduce or a
 reduce-scatter of the gradients, an all-gather of the parameters) on shards the group size
-does not divide; through real nbgrader (``autograder.runner.grade_class``, what ``labutils
+does not divide; through real nbgrader (``grading.autograder.runner.grade_class``, what ``labutils
 grade`` runs) the solution scores full marks, the release zero, and the fixtures of the
 issue's mistakes (parameters not all-gathered, state for all parameters on every rank, uneven
 shards wrong) lose exactly the parts they name; the other fixtures in tests/fixtures/lab04 are
@@ -16,7 +16,7 @@ LAB = GradedLab("lab04_zero", rank_timeout_s=30.0, given_cells=("setup", "check_
 NBGRADER_FIXTURES = ("stale_ranks_without_all_gather", "full_state_on_every_rank", "uneven_shards_rounded_up")
 pytestmark = pytest.mark.usefixtures("no_leftover_processes")
 
-#: reference.md, ZeRO: stages 1 and 2 move 2 Psi per step, as an all-reduce (stage 1) or a
+#: ZeRO (arXiv:1910.02054 section 7): stages 1 and 2 move 2 Psi per step, as an all-reduce (stage 1) or a
 #: reduce-scatter (stage 2) of the gradients, then an all-gather of the parameters.
 STEP_COLLECTIVES = {"test_zero_stage1": {"all_reduce": 1, "all_gather": 1},
                     "test_zero_stage2": {"reduce_scatter": 1, "all_gather": 1}}
@@ -28,7 +28,7 @@ def test_the_reference_communicates_as_zero_does_and_the_solution_passes(test):
     for result in results:
         for case, reference in zip(cases, result["reference"]):
             assert reference["comm"]["step"] == STEP_COLLECTIVES[test], case.name
-    assert any(sum(v.numel() for k, v in case.groups[0].items() if k.startswith("p")) % case.tp_size for case in cases)
+    assert any(sum(v.numel() for k, v in case.groups[0].items() if k.startswith("p")) % case.group_size for case in cases)
 
 
 def test_every_fixture_applies_to_todays_solution_and_names_real_test_cells():

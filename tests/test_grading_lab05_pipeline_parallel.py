@@ -2,7 +2,7 @@
 flight with GPipe and p - stage with 1F1B (as it counts them and as the judge measures them
 from its messages), its replayed bubble is (p-1)/(m+p-1) for both, and it sends m activations
 and m gradients per link;
-through real nbgrader (``autograder.runner.grade_class``, what ``labutils grade`` runs) the
+through real nbgrader (``grading.autograder.runner.grade_class``, what ``course grade`` runs) the
 solution scores full marks, the release zero, and the fixtures of the issue's mistakes (1F1B
 that keeps every microbatch in flight, openly or while reporting 1F1B's peak, losses not scaled
 by m, a schedule that deadlocks and must time out) lose exactly the parts they name."""
@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from graded_lab import GradedLab, part
-from judge import lab05_pipeline_parallel as pp
+from grading.judge import lab05_pipeline_parallel as pp
 
 #: The deadlock fixture waits out the rank timeout (seconds), twice.
 LAB = GradedLab("lab05_pipeline_parallel", rank_timeout_s=8.0)
@@ -19,9 +19,9 @@ pytestmark = pytest.mark.usefixtures("no_leftover_processes")
 
 
 def _peak(test: str, case, stage: int) -> int:
-    """reference.md: GPipe holds all m microbatches; 1F1B at most p on stage 0 (p - stage on stage s)."""
+    """GPipe (arXiv:1811.06965) holds all m microbatches; 1F1B at most p on stage 0 (p - stage on stage s)."""
     m = case.params["m"]
-    return m if test == "test_gpipe" else min(case.tp_size - stage, m)
+    return m if test == "test_gpipe" else min(case.group_size - stage, m)
 
 
 @pytest.mark.parametrize("test", ["test_gpipe", "test_1f1b"])
@@ -29,14 +29,14 @@ def test_the_reference_holds_what_the_schedule_says_and_the_solution_passes(test
     cases, results = LAB.judge_the_solution(test)
     for rank, result in enumerate(results):
         for case, reference in zip(cases, result["reference"]):
-            stage = rank % case.tp_size
+            stage = rank % case.group_size
             for label in (pp.PEAK, pp.MEASURED_PEAK):
                 assert reference["values"][label].item() == _peak(test, case, stage), (label, case.name)
-            p, m = case.tp_size, case.params["m"]
+            p, m = case.group_size, case.params["m"]
             assert reference["values"][pp.BUBBLE].item() == pytest.approx((p - 1) / (m + p - 1)), case.name
-            messages = case.params["m"] * ((stage > 0) + (stage < case.tp_size - 1))
+            messages = case.params["m"] * ((stage > 0) + (stage < case.group_size - 1))
             assert reference["comm"]["step"] == ({"send": messages, "recv": messages} if messages else {}), case.name
-    assert any(case.params["m"] < case.tp_size for case in cases)
+    assert any(case.params["m"] < case.group_size for case in cases)
 
 
 def test_every_fixture_applies_to_todays_solution_and_names_real_test_cells():

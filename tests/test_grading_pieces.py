@@ -12,13 +12,12 @@ import pytest
 from nbformat.v4 import new_output
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(REPO, "grading"))
 
-from autograder.feedback import REDACTED, SanitizeHiddenTests, split_hidden_region  # noqa: E402
-from autograder.fixtures import apply_fixture, parse_fixture, student_solution  # noqa: E402
-from autograder.tampering import find_tampering  # noqa: E402
-from judge import limits  # noqa: E402
-from judge.protocol import MAX_HEADER_BYTES, ProtocolError, read_message, write_message  # noqa: E402
+from grading.autograder.feedback import REDACTED, SanitizeHiddenTests, split_hidden_region
+from grading.autograder.fixtures import apply_fixture, parse_fixture, student_solution
+from grading.autograder.tampering import find_tampering
+from grading.judge import limits
+from grading.judge.protocol import MAX_HEADER_BYTES, ProtocolError, read_message, write_message
 
 LAB = "lab01_tensor_parallel"
 FIXTURES = os.path.join(REPO, "tests", "fixtures", "lab01")
@@ -47,14 +46,14 @@ def test_a_capped_process_and_its_children_fail_to_allocate_past_the_cap():
     import subprocess
 
     code = ("import subprocess, sys\n"
-            "from judge.limits import limit_memory\n"
+            "from grading.judge.limits import limit_memory\n"
             "limit_memory(0.25)\n"
             "child = 'try:\\n    bytearray(2**29)\\nexcept MemoryError:\\n    print(\"child capped\")'\n"
             "subprocess.run([sys.executable, '-c', child])\n"
             "try:\n    bytearray(2**29)\nexcept MemoryError:\n    print('capped')\n"
             "limit_memory(0)\n")  # 0 changes nothing
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
-                          env={**os.environ, "PYTHONPATH": os.path.join(REPO, "grading")})
+                          env={**os.environ, "PYTHONPATH": REPO})
     assert done.stdout.split() == ["child", "capped", "capped"], done.stdout + done.stderr
 
 
@@ -162,7 +161,7 @@ def _verdict(passed: bool, judge_error: bool = False) -> dict:
 ])
 def test_a_part_scores_the_judges_verdict_and_names_what_the_notebook_forged(notebook_points, verdict, points,
                                                                              status, note):
-    from autograder.runner import _part_from_verdict
+    from grading.autograder.runner import _part_from_verdict
 
     part = _part_from_verdict("test_x", 2.0, notebook_points, verdict)
     assert (part.points, part.status) == (points, status)
@@ -180,7 +179,7 @@ def _graded_cell(source: str, outputs: list):
 
 
 HIDDEN = ('# Hidden tests of x (2 points).\n### BEGIN HIDDEN TESTS\n'
-          'from judge.client import judge\njudge("lab01_tensor_parallel", "test_x", thing=thing)\n### END HIDDEN TESTS')
+          'from grading.judge import judge\njudge("lab01_tensor_parallel", "test_x", thing=thing)\n### END HIDDEN TESTS')
 TRACEBACK = ["AssertionError Traceback", '----> 4 judge("lab01_tensor_parallel", "test_x", thing=thing)',
              "AssertionError: 1 hidden check failed"]
 
@@ -199,7 +198,7 @@ def _sanitized(cells: list, tmp_path, verdicts: dict | None = None):
 def test_split_hidden_region_keeps_the_visible_part():
     visible, hidden = split_hidden_region(HIDDEN)
     assert visible == "# Hidden tests of x (2 points)."
-    assert hidden == ["from judge.client import judge", 'judge("lab01_tensor_parallel", "test_x", thing=thing)']
+    assert hidden == ["from grading.judge import judge", 'judge("lab01_tensor_parallel", "test_x", thing=thing)']
 
 
 def test_feedback_shows_the_judges_verdict_instead_of_the_hidden_cell(tmp_path):
@@ -212,7 +211,7 @@ def test_feedback_shows_the_judges_verdict_instead_of_the_hidden_cell(tmp_path):
 
 
 def test_without_a_verdict_only_check_lines_and_a_one_line_error_remain(tmp_path):
-    printed = "leaked: from judge.client import judge\n✗ case 1: output differs\nsomething else\n"
+    printed = "leaked: from grading.judge import judge\n✗ case 1: output differs\nsomething else\n"
     cell = _graded_cell(HIDDEN, [new_output("stream", name="stdout", text=printed),
                                  new_output("stream", name="stderr", text="warning\n"),
                                  new_output("error", ename="HiddenTestsFailed", evalue="1 failed", traceback=TRACEBACK)])
@@ -223,7 +222,7 @@ def test_without_a_verdict_only_check_lines_and_a_one_line_error_remain(tmp_path
 
 
 def test_outputs_quoting_hidden_lines_and_tracebacks_through_the_grader_are_cut(tmp_path):
-    from autograder.feedback import GRADING_DIR
+    from grading.autograder.feedback import GRADING_DIR
 
     leak = nbformat.v4.new_code_cell("print(stolen)")
     leak.outputs = [new_output("stream", name="stdout", text='judge("lab01_tensor_parallel", "test_x", thing=thing)\n')]
@@ -237,3 +236,28 @@ def test_outputs_quoting_hidden_lines_and_tracebacks_through_the_grader_are_cut(
     assert nb.cells[1].outputs[0].text == REDACTED
     assert nb.cells[2].outputs[0].traceback == ["ValueError: bad"]
     assert nb.cells[3].outputs == harmless.outputs
+
+
+# ----- where the grading processes find the package -------------------------------------------
+
+def test_the_course_root_given_explicitly_is_the_grading_package_imported(tmp_path):
+    """Kernels get the course root first on PYTHONPATH; the judge and the workers run `-E -s -m` in
+    it (PYTHONPATH ignored, the course root first): both import that course's grading, not the installed one."""
+    import shutil
+    import subprocess
+
+    from grading.paths import isolated_module, with_course_on_pythonpath
+
+    course = tmp_path / "course"
+    shutil.copytree(os.path.join(REPO, "grading"), course / "grading",
+                    ignore=shutil.ignore_patterns("__pycache__", "README.md"))
+    (course / "probe_root.py").write_text("import grading.paths\nprint(grading.paths.COURSE_ROOT)\n")
+    kernel_env = with_course_on_pythonpath(dict(os.environ), str(course))
+    kernel = subprocess.run([sys.executable, "-c", "import grading.paths; print(grading.paths.COURSE_ROOT)"],
+                            capture_output=True, text=True, timeout=60, env=kernel_env, cwd=tmp_path)
+    assert kernel.stdout.strip() == str(course), kernel.stderr
+    isolated = subprocess.run(isolated_module("probe_root"), capture_output=True, text=True, timeout=60, cwd=course,
+                              env={**os.environ, "PYTHONPATH": REPO})  # -E: a PYTHONPATH pointing elsewhere is ignored
+    assert isolated.stdout.strip() == str(course), isolated.stderr
+    assert with_course_on_pythonpath({"PYTHONPATH": f"/a{os.pathsep}{course}"}, str(course))["PYTHONPATH"] == \
+        f"{course}{os.pathsep}/a"

@@ -10,9 +10,8 @@ import nbformat
 import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(REPO, "grading"))
 
-from release import differences, source_labs  # noqa: E402
+from grading.release import differences, source_labs
 
 LABS = source_labs()
 _JUDGE_CALL = re.compile(r'^judge\("(?P<lab>[^"]+)", "(?P<test>[^"]+)", (?P<args>.*)\)$', re.MULTILINE)
@@ -28,17 +27,17 @@ def test_there_is_a_lab():
 
 @pytest.mark.parametrize("lab", LABS)
 def test_labs_is_what_generate_assignment_makes_of_solutions_today(lab):
-    assert differences(lab) == [], "stale release: run  python grading/release.py " + lab
+    assert differences(lab) == [], "stale release: run  course release " + lab
 
 
 def test_the_release_check_reports_a_stale_or_missing_release(tmp_path, monkeypatch):
     import shutil
 
-    import release
+    from grading import release
 
     lab = "lab01_tensor_parallel"
 
-    def fresh_release(name, release_dir):  # stands in for nbgrader: today's labs/ is the fresh one
+    def fresh_release(name, release_dir, course_root):  # stands in for nbgrader: today's labs/ is the fresh one
         shutil.copytree(os.path.join(REPO, "labs", name), os.path.join(release_dir, name))
         return os.path.join(release_dir, name)
 
@@ -47,17 +46,16 @@ def test_the_release_check_reports_a_stale_or_missing_release(tmp_path, monkeypa
     (fake_repo / "labs" / lab / f"{lab}.ipynb").write_text(nbformat.writes(nbformat.v4.new_notebook()))
     (fake_repo / "labs" / lab / "notes.txt").write_text("stray")
     monkeypatch.setattr(release, "generate_release", fresh_release)
-    monkeypatch.setattr(release, "REPO_DIR", str(fake_repo))
-    assert differences(lab) == [
+    assert differences(lab, str(fake_repo)) == [
         f"labs/{lab}/notes.txt is not in the release",
         f"labs/{lab}/{lab}.ipynb differs from a fresh release of solutions/{lab}/{lab}.ipynb"]
     shutil.rmtree(fake_repo / "labs" / lab)
-    assert differences(lab) == [f"labs/{lab} does not exist"]
+    assert differences(lab, str(fake_repo)) == [f"labs/{lab} does not exist"]
 
 
 @pytest.mark.parametrize("lab", LABS)
 def test_every_hidden_test_cell_calls_its_judge_with_what_the_judge_needs(lab):
-    from judge.engine import load_lab
+    from grading.judge.engine import load_lab
 
     tests = load_lab(lab).TESTS
     called = {}
@@ -85,7 +83,9 @@ def test_the_lab_follows_the_template(lab):
     assert all(not c.get("outputs") for c in cells if c.cell_type == "code"), "outputs must be stripped"
 
 
-def test_the_release_script_names_a_lab_that_does_not_exist():
-    done = subprocess.run([sys.executable, os.path.join(REPO, "grading", "release.py"), "no_such_lab", "--check"],
+def test_the_release_command_names_a_lab_that_does_not_exist():
+    done = subprocess.run([sys.executable, "-m", "grading", "release", "no_such_lab", "--check"],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "no lab 'no_such_lab' in solutions/" in done.stderr
+    done = subprocess.run([sys.executable, "-m", "grading", "release"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "name one lab, or pass --all" in done.stderr

@@ -1,4 +1,4 @@
-"""labutils nightly: the runner on small synthetic notebooks, and what its reports say.
+"""course nightly: the runner on small synthetic notebooks, and what its reports say.
 
 One full run (module fixture, through the command line, with relative --root and --out as
 a user types them) executes tests/nightly_fixtures/ copied into a throwaway course: a
@@ -21,9 +21,11 @@ import pytest
 from jupyter_client.kernelspec import KernelSpecManager
 
 from proctree import descendants, wait_until_gone
-from labutils import cli, nightly
-from labutils.nightly_labs import Lab, _pairing_problems, discover_labs
-from labutils.nightly_report import (
+from grading import cli
+from grading.nightly import execute, notebooks, processes, runner
+from grading.nightly.labs import Lab, _pairing_problems, discover_labs
+from grading.nightly.progress import Progress
+from grading.nightly.report import (
     FAILED, NO_LABS, PASSED, TIMED_OUT, NightlyRun, Result, duration_change, junit_xml, markdown_report,
     previous_durations,
 )
@@ -50,7 +52,7 @@ def make_course(root: Path, chapters=("passing", "failing", "hanging", "no_param
 
 @pytest.fixture(scope="module")
 def full_run(tmp_path_factory):
-    """`labutils nightly` on the whole fixture course: (exit status, course root, run folder, results by name)."""
+    """`course nightly` on the whole fixture course: (exit status, course root, run folder, results by name)."""
     base = tmp_path_factory.mktemp("nightly")
     root = make_course(base / "course", broken_lab=True)
     out = base / "runs" / "first"
@@ -225,7 +227,7 @@ def test_second_run_notebook_timeout_previous_durations_and_fallback_kernel(full
     monkeypatch.setattr("labutils.backend.visible_gpu_count", lambda: 4)  # as on a 4-GPU node
     root = make_course(tmp_path / "course", chapters=("passing", "hanging"), lab=False)
     progress = io.StringIO()
-    run, out = nightly.run_nightly([], root=root, out_dir=first_out.parent / "second", backend="gloo", jobs=2,
+    run, out = runner.run_nightly([], root=root, out_dir=first_out.parent / "second", backend="gloo", jobs=2,
                                    timeout_s=12, cell_timeout_s=120, progress_stream=progress)
 
     rows = {result.name: result for result in run.results}
@@ -299,7 +301,7 @@ def test_list_and_selection_by_name_lab_or_path(tmp_path, capsys):
     assert cli.main(["nightly", "--root", str(root), "--list"]) == 0
     assert capsys.readouterr().out.splitlines() == [
         "notebooks/failing.ipynb", "notebooks/passing.ipynb", f"solutions/{LAB}/{LAB}.ipynb", f"{LAB} (nbgrader)"]
-    picked = nightly.select_notebooks(root, ["passing", LAB, "notebooks/failing", str(FIXTURES / "hanging.ipynb")])
+    picked = notebooks.select_notebooks(root, ["passing", LAB, "notebooks/failing", str(FIXTURES / "hanging.ipynb")])
     assert [(job.name, job.group, str(job.output)) for job in picked] == [
         ("notebooks/passing.ipynb", "chapters", "notebooks/passing.ipynb"),
         (f"solutions/{LAB}/{LAB}.ipynb", "solutions", f"solutions/{LAB}/{LAB}.ipynb"),
@@ -312,14 +314,14 @@ def test_list_and_selection_by_name_lab_or_path(tmp_path, capsys):
 
 
 def test_default_kernel_runs_this_interpreter_or_gets_a_temporary_spec(tmp_path, monkeypatch):
-    assert nightly._runs_this_interpreter(["python", "-m", "ipykernel_launcher"])
-    assert nightly._runs_this_interpreter([sys.executable, "-m", "ipykernel_launcher"])
-    assert not nightly._runs_this_interpreter(["/nonexistent/python", "-m", "ipykernel_launcher"])
+    assert processes._runs_this_interpreter(["python", "-m", "ipykernel_launcher"])
+    assert processes._runs_this_interpreter([sys.executable, "-m", "ipykernel_launcher"])
+    assert not processes._runs_this_interpreter(["/nonexistent/python", "-m", "ipykernel_launcher"])
     monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "empty"))
     found = KernelSpecManager().get_kernel_spec("python3").argv
-    choice = nightly.resolve_kernel(None, tmp_path / "scratch")
+    choice = processes.resolve_kernel(None, tmp_path / "scratch")
     assert choice.name == "python3"
-    assert (choice.jupyter_path is None) == nightly._runs_this_interpreter(found)
+    assert (choice.jupyter_path is None) == processes._runs_this_interpreter(found)
     if choice.jupyter_path is not None:  # a user-level python3 kernelspec starts another Python
         spec = json.loads((tmp_path / "scratch" / "kernels" / "python3" / "kernel.json").read_text())
         assert spec["argv"][0] == sys.executable
@@ -327,9 +329,9 @@ def test_default_kernel_runs_this_interpreter_or_gets_a_temporary_spec(tmp_path,
 
 def test_source_excerpt_marks_the_failing_line():
     source = "\n".join(f"line{number}" for number in range(1, 11))
-    assert nightly.source_excerpt(source, 5).splitlines() == [
+    assert execute.source_excerpt(source, 5).splitlines() == [
         "   3 | line3", "   4 | line4", "-> 5 | line5", "   6 | line6", "   7 | line7", "     | ..."]
-    assert nightly.source_excerpt("a = 1\nb = 2", None) == "   1 | a = 1\n   2 | b = 2"
+    assert execute.source_excerpt("a = 1\nb = 2", None) == "   1 | a = 1\n   2 | b = 2"
 
 
 def test_previous_durations_come_from_the_latest_earlier_run_that_has_each_row(tmp_path):
@@ -383,7 +385,7 @@ def test_progress_on_a_terminal_redraws_one_status_line():
             return True
 
     stream = Terminal()
-    progress = nightly.Progress(stream, total=2)
+    progress = Progress(stream, total=2)
     progress.started("notebooks/a.ipynb")
     progress.finished("notebooks/a.ipynb", [Result("notebooks/a.ipynb", "chapters", FAILED, 1.5, error="boom")])
     progress.close()
@@ -394,12 +396,12 @@ def test_progress_on_a_terminal_redraws_one_status_line():
 
 
 def test_injected_parameters_quick_on_cpu_full_on_gpus_unless_told():
-    assert nightly.injected_parameters(0) == {"QUICK": True, "WORLD_SIZE": 2, "BACKEND": "auto"}
-    assert nightly.injected_parameters(1) == {"QUICK": False, "WORLD_SIZE": 2, "BACKEND": "auto"}
-    assert nightly.injected_parameters(8) == {"QUICK": False, "WORLD_SIZE": 8, "BACKEND": "auto"}
-    assert nightly.injected_parameters(8, quick=True, world_size=4, backend="nccl") == {
+    assert runner.injected_parameters(0) == {"QUICK": True, "WORLD_SIZE": 2, "BACKEND": "auto"}
+    assert runner.injected_parameters(1) == {"QUICK": False, "WORLD_SIZE": 2, "BACKEND": "auto"}
+    assert runner.injected_parameters(8) == {"QUICK": False, "WORLD_SIZE": 8, "BACKEND": "auto"}
+    assert runner.injected_parameters(8, quick=True, world_size=4, backend="nccl") == {
         "QUICK": True, "WORLD_SIZE": 4, "BACKEND": "nccl"}
-    assert nightly.injected_parameters(0, quick=False)["QUICK"] is False
+    assert runner.injected_parameters(0, quick=False)["QUICK"] is False
 
 
 def test_progress_line_fits_the_terminal():
@@ -410,7 +412,7 @@ def test_progress_line_fits_the_terminal():
             return True
 
     stream = Terminal()  # no file descriptor: 80 columns assumed
-    progress = nightly.Progress(stream, total=3)
+    progress = Progress(stream, total=3)
     for name in ("solutions/lab03_data_parallel/lab03_data_parallel.ipynb", "lab04_zero (nbgrader)"):
         progress.started(name)
     progress.close()
@@ -427,12 +429,13 @@ def test_small_duration_changes_are_not_flagged():
 
 
 def test_default_jobs():
-    assert nightly.default_jobs(gpu_count=4) == 1  # notebooks on a GPU node share the GPUs
-    assert nightly.default_jobs(gpu_count=0) >= 2
+    assert runner.default_jobs(gpu_count=4) == 1  # notebooks on a GPU node share the GPUs
+    assert runner.default_jobs(gpu_count=0) >= 2
 
 
 def test_subprocess_env_puts_this_interpreter_and_the_temporary_kernelspec_first():
-    choice = nightly.KernelChoice("python3", "/tmp/spec", "x")
-    env = nightly._subprocess_env(choice)
+    choice = processes.KernelChoice("python3", "/tmp/spec", "x")
+    env = processes.subprocess_env(choice)
     assert env["PATH"].split(os.pathsep)[0] == str(Path(sys.executable).parent)
     assert env["JUPYTER_PATH"].split(os.pathsep)[0] == "/tmp/spec"
+    assert env["PYTHONPATH"].split(os.pathsep)[0] == processes.COURSE_ROOT  # `python -m grading.nightly.execute`

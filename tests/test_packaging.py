@@ -47,8 +47,11 @@ def test_torch_is_pinned_exactly_everywhere():
         assert not [d for d in extra if re.match(r"torch\b", d)], "a second torch requirement could pull another build"
 
 
-def test_console_script_and_ci_entry_point():
-    assert _pyproject()["project"]["scripts"]["labutils"] == "labutils.cli:main"
+def test_console_scripts_one_per_audience_and_ci_entry_point():
+    scripts = _pyproject()["project"]["scripts"]
+    assert scripts["labutils"] == "labutils.cli:main"  # students
+    assert scripts["course"] == "grading.cli:main"  # instructors
+    assert set(_pyproject()["tool"]["setuptools"]["packages"]["find"]["include"]) == {"labutils*", "grading*"}
     ci = (ROOT / ".ci" / "run").read_text()
     assert "make test" in ci
 
@@ -68,7 +71,7 @@ def _make_dry_run(target: str, tmp_path, uid: str = None) -> list[str]:
 
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
-@pytest.mark.parametrize("target, command", [("test", "bin/python -m pytest"), ("nightly", "bin/labutils nightly")])
+@pytest.mark.parametrize("target, command", [("test", "bin/python -m pytest"), ("nightly", "bin/course nightly")])
 def test_make_test_and_nightly_create_the_venv_on_first_use(tmp_path, target, command):
     lines = _make_dry_run(target, tmp_path)
     venv = str(tmp_path / "venv")
@@ -96,3 +99,39 @@ def test_notebooks_are_committed_without_outputs():
         cells = json.loads(path.read_text())["cells"]
         dirty = [i for i, c in enumerate(cells) if c.get("outputs") or c.get("execution_count")]
         assert not dirty, f"{path.relative_to(ROOT)}: cells {dirty} have outputs; strip them before committing"
+
+
+def test_the_course_command_runs_as_a_module_too():
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "grading", "--help"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    for verb in ("release", "grade", "nightly", "doctor", "bench", "model"):
+        assert verb in done.stdout
+
+
+def _python_sources(*folders: str):
+    for folder in folders:
+        yield from sorted((ROOT / folder).rglob("*.py"))
+
+
+def test_no_code_edits_sys_path_and_labutils_never_imports_the_instructors_package():
+    edit = re.compile(r"sys\.path\s*(\.(insert|append|extend)\(|\[[^\]]*\]\s*=)")
+    for path in _python_sources("grading"):
+        assert not edit.search(path.read_text()), f"{path.relative_to(ROOT)} edits sys.path"
+    for path in _python_sources("labutils"):
+        assert not re.search(r"^\s*(from|import) grading\b", path.read_text(), re.MULTILINE), path
+    for path in sorted(ROOT.glob("solutions/*/*.ipynb")) + sorted(ROOT.glob("labs/*/*.ipynb")):
+        assert "sys.path" not in path.read_text(), path.relative_to(ROOT)
+
+
+def test_grading_modules_stay_small():
+    import ast
+
+    for path in _python_sources("grading"):
+        text = path.read_text()
+        assert len(text.splitlines()) <= 500, f"{path.relative_to(ROOT)} has more than 500 lines"
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                length = node.end_lineno - node.lineno + 1
+                assert length <= 60, f"{path.relative_to(ROOT)}: {node.name} has {length} lines"

@@ -5,7 +5,7 @@ tracebacks of its errors (which quote that source). ``SanitizeHiddenTests``:
 
 - removes the hidden region from every cell's source;
 - replaces a hidden-test cell's outputs with the judge's verdict (from the verdict files
-  ``labutils grade`` writes) or, without one, keeps only its verdict lines ("✓ ...",
+  ``course grade`` writes) or, without one, keeps only its verdict lines ("✓ ...",
   "✗ ...") and a one-line error;
 - cuts any other traceback that passes through the grading folder to its last line;
 - drops any output that quotes a line of the hidden regions (a submission can print the
@@ -21,12 +21,13 @@ from nbgrader import utils
 from nbgrader.preprocessors import NbGraderPreprocessor
 from traitlets import Unicode
 
+from grading.paths import GRADING_DIR
+
 BEGIN, END = "BEGIN HIDDEN TESTS", "END HIDDEN TESTS"
 #: Longest error message kept in feedback (characters).
 MAX_ERROR_CHARS = 500
 #: Hidden lines shorter than this (characters) are too common to be a sign of a leak.
 MIN_LEAK_LINE_CHARS = 20
-GRADING_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REDACTED = "[output removed from the feedback: it quoted the grader's hidden tests]\n"
 
 
@@ -79,7 +80,7 @@ def _verdict_lines_only(outputs) -> list:
 class SanitizeHiddenTests(NbGraderPreprocessor):
     """Hide hidden tests in feedback; show the judge's verdict in their place."""
 
-    verdicts_dir = Unicode("", help="folder of <assignment>/<student>.json verdicts written by labutils grade").tag(config=True)
+    verdicts_dir = Unicode("", help="folder of <assignment>/<student>.json verdicts written by course grade").tag(config=True)
 
     def preprocess(self, nb, resources):
         self._verdicts = {}

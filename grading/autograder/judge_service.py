@@ -1,4 +1,4 @@
-"""One warm judge process (``judge/server.py --service``) driven by a grading worker.
+"""One warm judge process (``python -E -s -m grading.judge.server --service``, in the course root) driven by a grading worker.
 
     service = JudgeService(log_path, rank_timeout_s=60, backend="auto", memory_limit_gib=4)
     socket_path = service.begin("alice")     # kernels of alice's autograde connect here
@@ -11,13 +11,10 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 
-from judge.protocol import read_message, write_message
-
-GRADING_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SERVER = os.path.join(GRADING_DIR, "judge", "server.py")
+from grading.judge.protocol import read_message, write_message
+from grading.paths import COURSE_ROOT, isolated_module
 
 
 class JudgeServiceFailed(RuntimeError):
@@ -27,9 +24,10 @@ class JudgeServiceFailed(RuntimeError):
 class JudgeService:
     """A judge process kept warm across submissions; one submission at a time."""
 
-    def __init__(self, log_path: str, rank_timeout_s: float, backend: str = "auto", memory_limit_gib: float = 0.0):
+    def __init__(self, log_path: str, rank_timeout_s: float, backend: str = "auto", memory_limit_gib: float = 0.0,
+                 course_root: str = COURSE_ROOT):
         self._log_path, self._rank_timeout_s, self._backend = log_path, rank_timeout_s, backend
-        self._memory_limit_gib = memory_limit_gib
+        self._memory_limit_gib, self._course_root = memory_limit_gib, course_root
         self._process = None
         self._socket_dir = None
         self._start()
@@ -37,9 +35,11 @@ class JudgeService:
     def _start(self) -> None:
         with open(self._log_path, "ab") as log:
             self._process = subprocess.Popen(
-                [sys.executable, "-I", SERVER, "--service", "--rank-timeout", str(self._rank_timeout_s),
-                 "--backend", self._backend, "--log", self._log_path, "--memory-limit", str(self._memory_limit_gib)],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, start_new_session=True)
+                isolated_module("grading.judge.server", "--service", "--rank-timeout", str(self._rank_timeout_s),
+                                "--backend", self._backend, "--log", self._log_path,
+                                "--memory-limit", str(self._memory_limit_gib)),
+                cwd=self._course_root, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
+                start_new_session=True)
 
     def _exchange(self, message: dict) -> dict:
         try:

@@ -11,7 +11,8 @@ import os
 import subprocess
 import sys
 
-GRADING_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from grading.paths import COURSE_ROOT, with_course_on_pythonpath
+
 #: Lines of nbgrader's log quoted when it fails.
 LOG_TAIL_LINES = 15
 
@@ -24,11 +25,12 @@ def _tail(text: str) -> str:
     return "\n".join(text.strip().splitlines()[-LOG_TAIL_LINES:])
 
 
-def nbgrader_environment(**extra: str) -> dict:
+def nbgrader_environment(course_root: str = COURSE_ROOT, **extra: str) -> dict:
     """This process's environment plus ``extra``, with this interpreter's bin/ first on PATH
-    (nbgrader runs ``alembic`` from PATH when it creates a gradebook)."""
+    (nbgrader runs ``alembic`` from PATH when it creates a gradebook) and ``course_root`` first on
+    PYTHONPATH (nbgrader and its kernels import that course's ``grading``)."""
     path = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
-    return dict(os.environ, PATH=path, **extra)
+    return with_course_on_pythonpath(dict(os.environ, PATH=path, **extra), course_root)
 
 
 def open_course(course_dir: str):
@@ -49,12 +51,13 @@ def check(result: dict, what: str) -> str:
     return log
 
 
-def run_nbgrader(args: list, cwd: str, timeout_s: float | None = None) -> str:
-    """Run ``nbgrader ARGS`` in ``cwd`` (where it finds nbgrader_config.py); return its log.
+def run_nbgrader(args: list, cwd: str, timeout_s: float | None = None, course_root: str = COURSE_ROOT) -> str:
+    """Run ``nbgrader ARGS`` in ``cwd`` (where it finds nbgrader_config.py) with ``course_root``'s
+    ``grading`` importable; return its log.
 
     Raises NbgraderFailed (exit status and log tail) or subprocess.TimeoutExpired.
     """
-    done = subprocess.run([sys.executable, "-m", "nbgrader", *args], cwd=cwd, env=nbgrader_environment(),
+    done = subprocess.run([sys.executable, "-m", "nbgrader", *args], cwd=cwd, env=nbgrader_environment(course_root),
                           capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL)
     log = done.stdout + done.stderr
     if done.returncode:

@@ -2,7 +2,7 @@
 
 ``write_report(report)`` writes ``reports/<lab>.md`` (to read) and ``reports/<lab>.json`` (to
 process) in the course folder and returns their paths; ``summary_lines(report)`` is the
-short version ``labutils grade`` prints.
+short version ``course grade`` prints.
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Grade a class: autograde every submission of a lab with nbgrader, in parallel, and trust
 the judge's verdicts over what the notebooks show.
 
-    from autograder.runner import GradeOptions, grade_class
+    from grading.autograder.runner import GradeOptions, grade_class
     report = grade_class(GradeOptions("lab01_tensor_parallel", "submitted/", "build/grading"))
 
 The course folder (``course_dir``) is an ordinary nbgrader course: ``nbgrader_config.py``
@@ -20,25 +20,25 @@ from __future__ import annotations
 import dataclasses
 import os
 import queue
-import shutil
 import threading
 import time
 from dataclasses import dataclass, field
 
 import nbformat
 
-from autograder.execute import KERNEL_DIED, NOT_RUN
-from autograder.judge_service import JudgeService, JudgeServiceFailed
-from autograder.nbgrader_cli import GRADING_DIR, check, nbgrader_environment, open_course
-from autograder.tampering import find_tampering
-from autograder.worker import AutogradeWorker, WorkerTimeout
-from judge.limits import default_memory_limit_gib
+from grading.autograder.course import copy_submission, write_course_config
+from grading.autograder.execute import KERNEL_DIED, NOT_RUN
+from grading.autograder.judge_service import JudgeService, JudgeServiceFailed
+from grading.autograder.nbgrader_cli import check, nbgrader_environment, open_course
+from grading.autograder.tampering import find_tampering
+from grading.autograder.worker import AutogradeWorker, WorkerTimeout
+from grading.judge.limits import default_memory_limit_gib
+from grading.paths import COURSE_ROOT
 
 NOT_JUDGED_LINE = ("✗ not graded: this cell never reached the grader (an error before it, a timeout, "
                    "or a kernel that died)")
 #: Error names in an autograded notebook that the report lists (cell timeouts, dead kernels).
 NOTABLE_ERRORS = ("CellTimeoutError", KERNEL_DIED)
-_IGNORED = shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__", "*.pyc")
 
 
 @dataclass(frozen=True)
@@ -47,7 +47,9 @@ class GradeOptions:
     ``rank_timeout_s`` per call that runs ranks (the judge's and the visible checks'),
     ``submission_timeout_s`` for a whole submission's autograde. ``memory_limit_gib`` caps the data
     memory of every process a submission runs (kernel, ranks, the judge's ranks), in GiB; None:
-    ``judge.limits.default_memory_limit_gib(workers)``; 0: no cap."""
+    ``judge.limits.default_memory_limit_gib(workers)``; 0: no cap. ``course_root``: the course whose
+    ``grading`` package the judges, the autograde workers and the kernels import, and whose
+    ``solutions/`` holds the lab (default: this package's)."""
 
     lab: str
     submissions_dir: str
@@ -58,6 +60,7 @@ class GradeOptions:
     submission_timeout_s: float = 1200.0
     backend: str = "auto"
     memory_limit_gib: float | None = None
+    course_root: str = COURSE_ROOT
 
 
 @dataclass
@@ -111,25 +114,14 @@ class ClassReport:
 
 # ----- the course folder ----------------------------------------------------------------------
 
-def _course_config(course_dir: str, cell_timeout_s: float) -> str:
-    return (
-        "# Written by `labutils grade`: this folder is an nbgrader course (run nbgrader commands here).\n"
-        "c = get_config()  # noqa: F821\n"
-        f"load_subconfig({os.path.join(GRADING_DIR, 'nbgrader_config.py')!r})  # noqa: F821\n"
-        f"c.CourseDirectory.root = {course_dir!r}\n"
-        f"c.CourseDirectory.release_directory = {os.path.join(course_dir, 'release')!r}\n"
-        f"c.SanitizeHiddenTests.verdicts_dir = {os.path.join(course_dir, 'verdicts')!r}\n"
-        f"c.Execute.timeout = {int(cell_timeout_s)}\n"
-    )
+def lab_notebooks(lab: str, course_root: str = COURSE_ROOT) -> list:
+    """Names of the lab's notebooks in its nbgrader source folder (COURSE_ROOT/solutions/LAB)."""
+    from grading.release import source_labs
 
-
-def lab_notebooks(lab: str) -> list:
-    """Names of the lab's notebooks in its nbgrader source folder (solutions/LAB)."""
-    from release import source_labs
-
-    if lab not in source_labs():
-        raise ValueError(f"no lab {lab!r} in solutions/: choose one of {', '.join(source_labs()) or '(none)'}")
-    folder = os.path.join(os.path.dirname(GRADING_DIR), "solutions", lab)
+    labs = source_labs(course_root)
+    if lab not in labs:
+        raise ValueError(f"no lab {lab!r} in solutions/: choose one of {', '.join(labs) or '(none)'}")
+    folder = os.path.join(course_root, "solutions", lab)
     return sorted(name for name in os.listdir(folder) if name.endswith(".ipynb"))
 
 
@@ -162,18 +154,19 @@ def prepare_course(options: GradeOptions, submissions: dict) -> str:
     """Write the course config, release the lab into the gradebook (alembic needs this
     interpreter's bin/ on PATH), copy the submissions in; return the release folder."""
     course = options.course_dir
-    os.makedirs(course, exist_ok=True)
-    with open(os.path.join(course, "nbgrader_config.py"), "w") as f:
-        f.write(_course_config(course, options.cell_timeout_s))
+    write_course_config(course, {"CourseDirectory.source_directory": os.path.join(options.course_root, "solutions"),
+                                 "CourseDirectory.release_directory": os.path.join(course, "release"),
+                                 "SanitizeHiddenTests.verdicts_dir": os.path.join(course, "verdicts"),
+                                 "Execute.timeout": int(options.cell_timeout_s)},
+                        grading_config=os.path.join(options.course_root, "grading", "nbgrader_config.py"),
+                        written_by="course grade")
     for folder in ("verdicts", "logs", "reports"):
         os.makedirs(os.path.join(course, folder, options.lab) if folder != "reports" else os.path.join(course, folder),
                     exist_ok=True)
-    os.environ["PATH"] = nbgrader_environment()["PATH"]
+    os.environ["PATH"] = nbgrader_environment(options.course_root)["PATH"]
     check(open_course(course).generate_assignment(options.lab, force=True, create=True), "generate_assignment")
     for student, source in submissions.items():
-        destination = os.path.join(course, "submitted", student, options.lab)
-        shutil.rmtree(destination, ignore_errors=True)
-        shutil.copytree(source, destination, ignore=_IGNORED)
+        copy_submission(course, student, options.lab, source)
     return os.path.join(course, "release", options.lab)
 
 
@@ -211,7 +204,7 @@ def _run_workers(options: GradeOptions, students: list, progress) -> dict:
         todo.put(student)
     outcomes: dict = {}
     lock = threading.Lock()
-    kernel_environment = nbgrader_environment(LAB_GRADING_DIR=GRADING_DIR, LABUTILS_TIMEOUT=str(options.rank_timeout_s))
+    kernel_environment = nbgrader_environment(options.course_root, LABUTILS_TIMEOUT=str(options.rank_timeout_s))
 
     memory_limit_gib = (default_memory_limit_gib(options.workers) if options.memory_limit_gib is None
                         else options.memory_limit_gib)
@@ -219,9 +212,9 @@ def _run_workers(options: GradeOptions, students: list, progress) -> dict:
     def work(index: int) -> None:
         logs = os.path.join(options.course_dir, "logs", options.lab)
         service = JudgeService(os.path.join(logs, f"judge-{index}.log"), options.rank_timeout_s, options.backend,
-                               memory_limit_gib)
+                               memory_limit_gib, course_root=options.course_root)
         worker = AutogradeWorker(options.course_dir, os.path.join(logs, f"worker-{index}.log"), kernel_environment,
-                                 memory_limit_gib)
+                                 memory_limit_gib, course_root=options.course_root)
         try:
             while True:
                 try:
@@ -341,7 +334,7 @@ def export_grades(course_dir: str) -> str:
 
 def judged_cells(lab: str) -> set:
     """grade_ids of the lab's test cells that the judge scores."""
-    from judge.engine import load_lab
+    from grading.judge.engine import load_lab
 
     return set(load_lab(lab).TESTS)
 
@@ -355,7 +348,7 @@ def grade_class(options: GradeOptions, progress=None) -> ClassReport:
     started = time.monotonic()
     if options.workers < 1:
         raise ValueError(f"workers must be at least 1, got {options.workers}")
-    notebooks = lab_notebooks(options.lab)
+    notebooks = lab_notebooks(options.lab, options.course_root)
     submissions, without_notebook = find_submissions(options.submissions_dir, options.lab, notebooks)
     cells = judged_cells(options.lab)
     options = dataclasses.replace(options, course_dir=os.path.abspath(options.course_dir))

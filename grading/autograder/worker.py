@@ -1,9 +1,10 @@
 """An autograde worker: nbgrader's own Autograde, in one process kept across submissions.
 
-``labutils grade`` runs one worker per parallel slot and hands it one student at a time;
+``course grade`` runs one worker per parallel slot and hands it one student at a time;
 importing nbgrader, nbconvert and the course config once instead of once per student saves
-seconds per submission. The child runs ``python grading/autograder/worker.py COURSE_DIR MEMORY_LIMIT_GIB`` (the cap
-on each of its processes, kernels and ranks included: ``judge.limits``)
+seconds per submission. The child runs ``python -E -s -m grading.autograder.worker COURSE_DIR
+MEMORY_LIMIT_GIB`` in the course root (``grading.paths``; the cap on each of its processes,
+kernels and ranks included: ``judge.limits``)
 and, per JSON frame on stdin ``{"lab", "student", "env"}``, sets ``env`` (the judge's socket)
 for the kernels it starts, calls ``NbGraderAPI.autograde`` and answers
 ``{"success", "log", "error"}``. Its own and its kernels' raw output go to a log file, never
@@ -18,14 +19,9 @@ import subprocess
 import sys
 import threading
 
-GRADING_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if __name__ == "__main__":  # run as a script: import the grading packages, not this folder's modules
-    sys.path[0] = GRADING_DIR
-elif GRADING_DIR not in sys.path:
-    sys.path.insert(0, GRADING_DIR)
-
-from judge.limits import limit_memory  # noqa: E402
-from judge.protocol import read_message, write_message  # noqa: E402
+from grading.judge.limits import limit_memory
+from grading.judge.protocol import read_message, write_message
+from grading.paths import COURSE_ROOT, isolated_module
 
 
 class WorkerTimeout(TimeoutError):
@@ -35,17 +31,18 @@ class WorkerTimeout(TimeoutError):
 class AutogradeWorker:
     """The parent's handle on one worker process."""
 
-    def __init__(self, course_dir: str, log_path: str, env: dict, memory_limit_gib: float = 0.0):
+    def __init__(self, course_dir: str, log_path: str, env: dict, memory_limit_gib: float = 0.0,
+                 course_root: str = COURSE_ROOT):
         self._course_dir, self._log_path, self._env = course_dir, log_path, env
-        self._memory_limit_gib = memory_limit_gib
+        self._memory_limit_gib, self._course_root = memory_limit_gib, course_root
         self._process = None
 
     def _start(self) -> None:
         with open(self._log_path, "ab") as log:
-            self._process = subprocess.Popen([sys.executable, os.path.abspath(__file__), self._course_dir,
-                                              str(self._memory_limit_gib)],
-                                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
-                                             env=self._env, start_new_session=True)
+            self._process = subprocess.Popen(
+                isolated_module("grading.autograder.worker", self._course_dir, str(self._memory_limit_gib)),
+                cwd=self._course_root, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
+                env=self._env, start_new_session=True)
 
     def autograde(self, lab: str, student: str, env: dict, timeout_s: float) -> dict:
         """Autograde one submission; {"success", "log", "error"}. WorkerTimeout past ``timeout_s``."""
@@ -96,7 +93,7 @@ def _detach_output():
 def main(course_dir: str, memory_limit_gib: float) -> int:
     limit_memory(memory_limit_gib)  # before any kernel starts: kernels and their ranks inherit it
     reply = _detach_output()
-    from autograder.nbgrader_cli import open_course
+    from grading.autograder.nbgrader_cli import open_course
 
     api = open_course(course_dir)
     requests = os.fdopen(0, "rb", closefd=False)

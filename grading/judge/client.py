@@ -1,6 +1,6 @@
 """The kernel side of the judge: what a hidden-test cell calls.
 
-    from judge.client import judge
+    from grading.judge import judge
     judge("lab01_tensor_parallel", "test_f", copy_to_tp_region=copy_to_tp_region)
 
 The objects are cloudpickled (classes and functions defined in cells travel by value) and
@@ -9,21 +9,24 @@ own lines. The verdict's lines are printed (stdout only: nbgrader zeroes a cell 
 writes to stderr); a failure raises ``HiddenTestsFailed`` whose traceback, in IPython, is
 one line, so no hidden-test source is ever shown.
 
-Where the judge runs: when ``LAB_JUDGE_SOCKET`` is set (by ``labutils grade``), at that Unix
+Where the judge runs: when ``LAB_JUDGE_SOCKET`` is set (by ``course grade``), at that Unix
 socket, a warm service that also keeps the verdict for the grader; otherwise in a judge
-process this kernel starts once (``python -I server.py --stdio``) and reuses.
+process this kernel starts once and reuses: ``python -E -s -m grading.judge.server --stdio`` in
+the course root this package was imported from (``grading.paths``), so the judge imports that
+course's grading code and ignores the kernel's ``PYTHON*`` variables and user site.
 """
 from __future__ import annotations
 
+import io
 import linecache
 import os
 import socket
 import subprocess
-import sys
+import types
 
-from judge.protocol import read_message, write_message
+from grading.judge.protocol import read_message, write_message
+from grading.paths import COURSE_ROOT, isolated_module
 
-SERVER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "server.py")
 #: Environment variables a judge started from a kernel inherits (nothing else: no LD_PRELOAD...).
 _ENV_KEEP = ("PATH", "HOME", "USER", "LANG", "TMPDIR", "CUDA_VISIBLE_DEVICES", "LABUTILS_START_METHOD")
 _ENV_KEEP_PREFIXES = ("LC_", "NCCL_")
@@ -40,6 +43,28 @@ class HiddenTestsFailed(AssertionError):
         return [f"{type(self).__name__}: {self}"]
 
 
+#: What cloudpickle (3.1 and later) writes as the file name of every code object it sends by value.
+_DYNAMIC_CODE = "<dynamic-code>"
+
+
+def dumps(objects: dict) -> bytes:
+    """cloudpickle of ``objects`` (cells' classes and functions by value), each code object keeping
+    its file name, the cell it came from, which cloudpickle 3.1 replaces with "<dynamic-code>":
+    the judge quotes the student's own line of that cell when the code fails or hangs."""
+    import cloudpickle
+
+    class KeepCellNames(cloudpickle.Pickler):
+        def reducer_override(self, obj):
+            if isinstance(obj, types.CodeType):
+                constructor, args = self.dispatch_table[types.CodeType](obj)
+                return constructor, tuple(obj.co_filename if arg == _DYNAMIC_CODE else arg for arg in args)
+            return super().reducer_override(obj)
+
+    buffer = io.BytesIO()
+    KeepCellNames(buffer).dump(objects)
+    return buffer.getvalue()
+
+
 def _cell_sources() -> dict:
     """{filename: source} of the code cells this kernel has run (they have no file on disk)."""
     sources = {}
@@ -54,12 +79,12 @@ def _judge_environment() -> dict:
 
 
 def _start_stdio_judge() -> subprocess.Popen:
-    command = [sys.executable, "-I", SERVER, "--stdio",
-               "--rank-timeout", os.environ.get("LAB_JUDGE_RANK_TIMEOUT", "60")]
+    command = isolated_module("grading.judge.server", "--stdio",
+                              "--rank-timeout", os.environ.get("LAB_JUDGE_RANK_TIMEOUT", "60"))
     if os.environ.get("LAB_JUDGE_LOG"):
         command += ["--log", os.environ["LAB_JUDGE_LOG"]]
     return subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                            env=_judge_environment(), start_new_session=True)
+                            env=_judge_environment(), cwd=COURSE_ROOT, start_new_session=True)
 
 
 def _ask_stdio_judge(header: dict, blob: bytes) -> dict:
@@ -88,10 +113,8 @@ def _ask_service(path: str, header: dict, blob: bytes) -> dict:
 
 def judge(lab: str, test: str, **objects) -> None:
     """Run the hidden test ``test`` of ``lab`` on ``objects``; print the verdict, raise if it failed."""
-    import cloudpickle
-
     try:
-        blob = cloudpickle.dumps(objects)
+        blob = dumps(objects)
     except Exception as exc:
         raise HiddenTestsFailed(f"{', '.join(objects)} could not be sent to the grader: {exc}") from None
     header = {"lab": lab, "test": test, "names": sorted(objects), "sources": _cell_sources()}

@@ -20,7 +20,7 @@ import torch.nn.functional as F
 import labutils
 from labutils.errors import LaunchError, RankDiedError, RankTimeoutError
 
-from judge import rankside
+from grading.judge import rankside
 
 # Captured once, before any request: what the judge computes and compares with.
 _linear, _gelu, _isfinite = F.linear, F.gelu, torch.isfinite
@@ -35,11 +35,13 @@ LAB_NAME = re.compile(r"^lab\d\d_[a-z0-9_]+$")
 
 @dataclass
 class Case:
-    """One configuration of a test: ``name`` is shown to students; ``groups[i]`` holds the
-    dense tensors of tensor-parallel group i (ranks i*tp_size ... (i+1)*tp_size - 1)."""
+    """One configuration of a test: ``name`` is shown to students; the ranks form groups of
+    ``group_size`` consecutive ranks (a tensor-parallel group, a ring, the data-parallel ranks or
+    a pipeline's stages, as the lab needs) and ``groups[i]`` holds the dense tensors of group i
+    (ranks i*group_size ... (i+1)*group_size - 1)."""
 
     name: str
-    tp_size: int
+    group_size: int
     params: dict
     groups: list[dict]
 
@@ -49,7 +51,7 @@ class TestSpec:
     """A hidden test: the objects it needs, the names replaced by the reference on the ranks
     (so that one part is graded independently of the others), and its three functions:
 
-    ``make_cases(generator) -> [Case]`` and ``expected(case, group_data) -> [per tp_rank
+    ``make_cases(generator) -> [Case]`` and ``expected(case, group_data) -> [per group_rank
     {"out", "dx", "grads": {path: tensor}, "values": {label: tensor}}]`` run here ("out" or
     "dx" left out when the test has none; "values" optional, compared with the rank's
     ``result["values"]``); ``run_case(objects, case, run)`` runs
@@ -104,7 +106,7 @@ def load_lab(lab: str):
         raise ValueError(f"{lab!r} is not a lab name like 'lab01_tensor_parallel'")
     if not os.path.exists(os.path.join(os.path.dirname(__file__), f"{lab}.py")):
         raise ValueError(f"no judge for {lab!r}: add grading/judge/{lab}.py")
-    return importlib.import_module(f"judge.{lab}")
+    return importlib.import_module(f"grading.judge.{lab}")
 
 
 def run_test(lab: str, test: str, names: list, blob: bytes, sources: dict, *,
@@ -172,7 +174,7 @@ def launch_submission(lab: str, test: str, cases: list, blob: bytes, sources: di
 # unpickler that can rebuild builtin values and the judge's own exception, nothing else.
 
 #: (module, name) of the only classes a message from a submission's ranks may rebuild.
-SAFE_GLOBALS = frozenset({("judge.rankside", "StudentCodeFailed")})
+SAFE_GLOBALS = frozenset({("grading.judge.rankside", "StudentCodeFailed")})
 
 
 class _RankMessageUnpickler(pickle.Unpickler):

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import torch
 
-from judge.engine import Case, TestSpec, dense_grads, gelu, linear
-from reference import tensor_parallel as tp_layers
-from reference import tp_communications as tp_comm
-from reference.tensor_parallel import column_shard, row_shard
+from grading.judge.engine import Case, TestSpec, dense_grads, gelu, linear
+from grading.reference import tensor_parallel as tp_layers
+from grading.reference import tp_communications as tp_comm
+from grading.reference.tensor_parallel import column_shard, row_shard
 
 WORLD_SIZE = 4
 TP_SIZES = (2, 4)
@@ -71,14 +71,14 @@ def _f_cases(generator):
 
 def _f_expected(case, data):
     # identity forward; backward: every rank gets the sum of all ranks' upstream gradients
-    return [{"out": data["x"], "dx": data["upstream"].sum(0), "grads": {}} for _ in range(case.tp_size)]
+    return [{"out": data["x"], "dx": data["upstream"].sum(0), "grads": {}} for _ in range(case.group_size)]
 
 
 def _f_run(objects, case, run):
     x = run.leaf("x")
     with run.phase("forward"):
         y = objects["copy_to_tp_region"](x, run.group)
-    upstream = run.tensor("upstream")[run.tp_rank]
+    upstream = run.tensor("upstream")[run.group_rank]
     with run.phase("backward"):
         (y * upstream).sum().backward()
     return run.result(y, x.grad)
@@ -94,11 +94,11 @@ def _g_cases(generator):
 
 def _g_expected(case, data):
     # forward: every rank gets the sum of all ranks' inputs; backward: identity
-    return [{"out": data["x"].sum(0), "dx": data["upstream"], "grads": {}} for _ in range(case.tp_size)]
+    return [{"out": data["x"].sum(0), "dx": data["upstream"], "grads": {}} for _ in range(case.group_size)]
 
 
 def _g_run(objects, case, run):
-    x = run.as_leaf(run.tensor("x")[run.tp_rank])
+    x = run.as_leaf(run.tensor("x")[run.group_rank])
     with run.phase("forward"):
         y = objects["reduce_from_tp_region"](x, run.group)
     with run.phase("backward"):
@@ -139,7 +139,7 @@ def _column_cases(generator):
 
 def _column_expected(case, data):
     out, grads = _dense_linear(data)
-    tp, per_rank = case.tp_size, []
+    tp, per_rank = case.group_size, []
     for r in range(tp):
         expected_grads = {"weight": grads["weight"].chunk(tp, 0)[r]}
         if case.params["bias"]:
@@ -154,7 +154,7 @@ def _column_run(objects, case, run):
     layer = objects["ColumnParallelLinear"](p["in_features"], p["out_features"], run.group,
                                            bias=p["bias"], gather_output=p["gather_output"])
     weight, bias = column_shard(run.tensor("weight"), run.tensor("bias") if p["bias"] else None,
-                                run.tp_rank, run.tp_size)
+                                run.group_rank, run.group_size)
     run.load(layer, {"weight": weight, "bias": bias})
     x = run.leaf("x")
     with run.phase("forward"):
@@ -186,7 +186,7 @@ def _row_cases(generator):
 
 def _row_expected(case, data):
     out, grads = _dense_linear(data)
-    tp, per_rank = case.tp_size, []
+    tp, per_rank = case.group_size, []
     for r in range(tp):
         expected_grads = {"weight": grads["weight"].chunk(tp, 1)[r]}
         if case.params["bias"]:
@@ -200,7 +200,7 @@ def _row_run(objects, case, run):
     p = case.params
     layer = objects["RowParallelLinear"](p["in_features"], p["out_features"], run.group,
                                         bias=p["bias"], input_is_parallel=p["input_is_parallel"])
-    run.load(layer, {"weight": row_shard(run.tensor("weight"), run.tp_rank, run.tp_size),
+    run.load(layer, {"weight": row_shard(run.tensor("weight"), run.group_rank, run.group_size),
                      "bias": run.tensor("bias") if p["bias"] else None})
     x = run.leaf("x", shard_last_dim=p["input_is_parallel"])
     with run.phase("forward"):
@@ -243,7 +243,7 @@ def _dense_mlp(x, w1, w2, b1=None, b2=None):
 def _mlp_expected(case, data):
     inputs = {k: data.get(k) for k in ("x", "w1", "w2", "b1", "b2")}
     out, grads = dense_grads(_dense_mlp, inputs, data["upstream"])
-    tp, per_rank = case.tp_size, []
+    tp, per_rank = case.group_size, []
     for r in range(tp):
         expected_grads = {"fc1.weight": grads["w1"].chunk(tp, 0)[r], "fc2.weight": grads["w2"].chunk(tp, 1)[r]}
         if case.params["bias"]:
@@ -255,9 +255,9 @@ def _mlp_expected(case, data):
 def _mlp_run(objects, case, run):
     p = case.params
     mlp = objects["ParallelMLP"](p["hidden_size"], p["ffn_hidden_size"], run.group, bias=p["bias"])
-    w1, b1 = column_shard(run.tensor("w1"), run.tensor("b1") if p["bias"] else None, run.tp_rank, run.tp_size)
+    w1, b1 = column_shard(run.tensor("w1"), run.tensor("b1") if p["bias"] else None, run.group_rank, run.group_size)
     run.load(mlp, {"fc1.weight": w1, "fc1.bias": b1,
-                   "fc2.weight": row_shard(run.tensor("w2"), run.tp_rank, run.tp_size),
+                   "fc2.weight": row_shard(run.tensor("w2"), run.group_rank, run.group_size),
                    "fc2.bias": run.tensor("b2") if p["bias"] else None})
     x = run.leaf("x")
     with run.phase("forward"):

@@ -18,9 +18,9 @@ import time
 import torch
 import torch.distributed as dist
 
-from judge.engine import Case, TestSpec
-from judge.rankside import SubmissionProblem, substitute
-from reference import collectives
+from grading.judge.engine import Case, TestSpec
+from grading.judge.rankside import SubmissionProblem, substitute
+from grading.reference import collectives
 
 WORLD_SIZE = 4
 RING_SIZES = (2, 4)
@@ -105,7 +105,7 @@ def _basics_cases(generator):
 
 
 def _basics_expected(case, data):
-    kind, ring = case.params["kind"], case.tp_size
+    kind, ring = case.params["kind"], case.group_size
     if kind == "bounds":
         out = torch.tensor(_dense_bounds(case.params["numel"], case.params["n"]), dtype=torch.float64)
         return [{"out": out, "grads": {}} for _ in range(ring)]
@@ -129,9 +129,9 @@ def _basics_run(objects, case, run):
     if kind == "neighbours":
         right, left = objects["ring_neighbours"](run.group)
         return _result(run, torch.tensor([int(right), int(left)], dtype=torch.float64))
-    right = dist.get_global_rank(run.group, (run.tp_rank + 1) % run.tp_size)  # the judge's own, not the reference's
-    left = dist.get_global_rank(run.group, (run.tp_rank - 1) % run.tp_size)
-    mine = run.tensor("x")[run.tp_rank].contiguous()
+    right = dist.get_global_rank(run.group, (run.group_rank + 1) % run.group_size)  # the judge's own, not the reference's
+    left = dist.get_global_rank(run.group, (run.group_rank - 1) % run.group_size)
+    mine = run.tensor("x")[run.group_rank].contiguous()
     received = torch.full_like(mine, 99)
     with run.phase("forward"):
         objects["send_and_receive"](mine, right, received, left, run.group)
@@ -159,12 +159,12 @@ def _reduce_scatter_cases(generator):
 
 def _reduce_scatter_expected(case, data):
     total = data["x"].to(torch.float64).sum(0)
-    bounds = _dense_bounds(total.numel(), case.tp_size)
+    bounds = _dense_bounds(total.numel(), case.group_size)
     return [{"out": total[start:stop], "grads": {}} for start, stop in bounds]
 
 
 def _reduce_scatter_run(objects, case, run):
-    flat = run.tensor("x")[run.tp_rank].contiguous()
+    flat = run.tensor("x")[run.group_rank].contiguous()
     with run.phase("forward"):
         mine = objects["ring_reduce_scatter"](flat, run.group)
     _same_dtype(mine, flat.dtype, "ring_reduce_scatter")
@@ -177,13 +177,13 @@ def _all_gather_cases(generator):
 
 def _all_gather_expected(case, data):
     x = data["x"].to(torch.float64)
-    bounds = _dense_bounds(x.shape[1], case.tp_size)
+    bounds = _dense_bounds(x.shape[1], case.group_size)
     gathered = torch.cat([x[owner, start:stop] for owner, (start, stop) in enumerate(bounds)])
-    return [{"out": gathered, "grads": {}} for _ in range(case.tp_size)]
+    return [{"out": gathered, "grads": {}} for _ in range(case.group_size)]
 
 
 def _all_gather_run(objects, case, run):
-    flat = run.tensor("x")[run.tp_rank].contiguous()  # only chunk tp_rank is this rank's to give
+    flat = run.tensor("x")[run.group_rank].contiguous()  # only chunk group_rank is this rank's to give
     with run.phase("forward"):
         gathered = objects["ring_all_gather"](flat, run.group)
     _same_dtype(gathered, flat.dtype, "ring_all_gather")
@@ -200,11 +200,11 @@ def _all_reduce_cases(generator):
 
 def _all_reduce_expected(case, data):
     total = data["x"].to(torch.float64).sum(0)
-    return [{"out": total, "grads": {}} for _ in range(case.tp_size)]
+    return [{"out": total, "grads": {}} for _ in range(case.group_size)]
 
 
 def _all_reduce_run(objects, case, run):
-    x = run.tensor("x")[run.tp_rank]
+    x = run.tensor("x")[run.group_rank]
     with run.phase("forward"):
         total = objects["ring_all_reduce"](x, run.group)
     _same_dtype(total, x.dtype, "ring_all_reduce")
@@ -231,7 +231,7 @@ def _bandwidth_expected(case, data):
     p = case.params
     algbw = p["size_bytes"] / p["time_s"] / 1e9
     out = torch.tensor([algbw, algbw * _BUS_FACTOR[p["op"]](p["n"])], dtype=torch.float64)
-    return [{"out": out, "grads": {}} for _ in range(case.tp_size)]
+    return [{"out": out, "grads": {}} for _ in range(case.group_size)]
 
 
 def _bandwidth_run(objects, case, run):
@@ -255,8 +255,8 @@ def _measure_cases(generator):
 
 def _measure_expected(case, data):
     # algbw x time / size must be 1 (size in bytes of the dtype), busbw / algbw the all-reduce factor
-    return [{"out": torch.tensor([1.0, _BUS_FACTOR["all_reduce"](case.tp_size)], dtype=torch.float64), "grads": {}}
-            for _ in range(case.tp_size)]
+    return [{"out": torch.tensor([1.0, _BUS_FACTOR["all_reduce"](case.group_size)], dtype=torch.float64), "grads": {}}
+            for _ in range(case.group_size)]
 
 
 def _timed(ring_all_reduce, spans: list):

@@ -16,9 +16,9 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from judge.engine import Case, TestSpec
-from judge.rankside import SubmissionProblem
-from reference import data_parallel as dp
+from grading.judge.engine import Case, TestSpec
+from grading.judge.rankside import SubmissionProblem
+from grading.reference import data_parallel as dp
 
 WORLD_SIZE = 4
 DP_SIZES = (2, 4)
@@ -94,13 +94,13 @@ def _model(run, unused_head: bool, offset: float = 0.0) -> TinyMLP:
 
 def _local_backward(model, run, step: int = 0) -> None:
     x, y = run.tensor("x")[step], run.tensor("y")[step]
-    x_local, y_local = x.tensor_split(run.tp_size)[run.tp_rank], y.tensor_split(run.tp_size)[run.tp_rank]
+    x_local, y_local = x.tensor_split(run.group_size)[run.group_rank], y.tensor_split(run.group_size)[run.group_rank]
     torch.nn.functional.mse_loss(model(x_local), y_local).backward()
 
 
 def _grads_expected(case, data):
     grads = _dense_gradients(_weights(data, case.params.get("unused_head", False)), data["x"][0], data["y"][0])
-    return [{"grads": grads} for _ in range(case.tp_size)]
+    return [{"grads": grads} for _ in range(case.group_size)]
 
 
 # ----- Part 1: one all-reduce per parameter --------------------------------------------------
@@ -214,11 +214,11 @@ def _train_expected(case, data):
         grads = _dense_gradients(weights, data["x"][step], data["y"][step])
         weights = {name: w - LR * grads[name] for name, w in weights.items()}
     out = torch.cat([w.reshape(-1) for w in weights.values()])
-    return [{"out": out, "grads": {}} for _ in range(case.tp_size)]
+    return [{"out": out, "grads": {}} for _ in range(case.group_size)]
 
 
 def _train_run(objects, case, run):
-    model = _model(run, False, offset=0.5 * run.tp_rank)  # only rank 0 starts from the right parameters
+    model = _model(run, False, offset=0.5 * run.group_rank)  # only rank 0 starts from the right parameters
     with run.phase("train"):
         trained = objects["train_data_parallel"](model, run.tensor("x"), run.tensor("y"), LR, 120, run.group)
     if not isinstance(trained, nn.Module):

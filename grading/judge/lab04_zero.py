@@ -15,9 +15,9 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from judge.engine import Case, TestSpec
-from judge.rankside import SubmissionProblem
-from reference import zero
+from grading.judge.engine import Case, TestSpec
+from grading.judge.rankside import SubmissionProblem
+from grading.reference import zero
 
 WORLD_SIZE = 4
 DP_SIZES = (2, 4)
@@ -80,7 +80,7 @@ def _basics_expected(case, data):
         out = torch.tensor(bounds, dtype=torch.float64)
     else:
         out = _dense_adam([data["param"]], [[g] for g in data["grads"]])
-    return [{"out": out, "grads": {}} for _ in range(case.tp_size)]
+    return [{"out": out, "grads": {}} for _ in range(case.group_size)]
 
 
 def _basics_run(objects, case, run):
@@ -117,7 +117,7 @@ def _zero_cases(generator, stage: int):
 
 
 def _zero_expected(case, data):
-    count, size = case.params["count"], case.tp_size
+    count, size = case.params["count"], case.group_size
     params = [data[f"p{i}"] for i in range(count)]
     mean_grads = [[data[f"g{i}"][step].to(torch.float64).mean(0) for i in range(count)] for step in range(STEPS)]
     out = _dense_adam(params, mean_grads)
@@ -156,12 +156,12 @@ def _zero_run(objects, case, run, stage: int):
     grads = [run.tensor(f"g{i}") for i in range(count)]
     for step in range(STEPS):
         for param, grad in zip(params, grads):
-            param.grad = grad[step][run.tp_rank].clone()
+            param.grad = grad[step][run.group_rank].clone()
         with run.phase("step"):
             optimizer.step()
     result = run.result(torch.cat([p.detach().reshape(-1) for p in params]), None)
     numel = sum(p.numel() for p in params)
-    result["values"] = {"optimizer state elements (exp_avg + exp_avg_sq)": _state_elements(optimizer, numel, run.tp_size)}
+    result["values"] = {"optimizer state elements (exp_avg + exp_avg_sq)": _state_elements(optimizer, numel, run.group_size)}
     result["comm"]["step"] = {_SAME_KIND.get(op, op): calls for op, calls in result["comm"]["step"].items()}
     return result
 

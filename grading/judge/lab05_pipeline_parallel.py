@@ -21,9 +21,9 @@ import torch.nn as nn
 
 from labutils import commtrace, schedules
 
-from judge.engine import Case, TestSpec
-from judge.rankside import SubmissionProblem
-from reference import pipeline_parallel as pp
+from grading.judge.engine import Case, TestSpec
+from grading.judge.rankside import SubmissionProblem
+from grading.reference import pipeline_parallel as pp
 
 WORLD_SIZE = 4
 PP_SIZES = (2, 4)
@@ -74,18 +74,18 @@ def _expected(case, data, peak):
         h = torch.tanh(h @ weights[layer].T + biases[layer])
     loss = ((h - data["targets"].to(torch.float64).reshape(-1, HIDDEN)) ** 2).mean()
     loss.backward()
-    per_stage = NUM_LAYERS // case.tp_size
+    per_stage = NUM_LAYERS // case.group_size
     expected = []
-    for stage in range(case.tp_size):
+    for stage in range(case.group_size):
         grads = {}
         for local in range(per_stage):
             layer = stage * per_stage + local
             grads[f"{2 * local}.weight"], grads[f"{2 * local}.bias"] = weights.grad[layer], biases.grad[layer]
-        p, m = case.tp_size, case.params["m"]
+        p, m = case.group_size, case.params["m"]  # the bubble of both schedules: arXiv:1811.06965, arXiv:2104.04473
         values = {PEAK: torch.tensor([float(peak(case, stage))], dtype=torch.float64),
                   MEASURED_PEAK: torch.tensor([float(peak(case, stage))], dtype=torch.float64),
-                  BUBBLE: torch.tensor([(p - 1) / (m + p - 1)], dtype=torch.float64)}  # reference.md, both schedules
-        if stage == case.tp_size - 1:
+                  BUBBLE: torch.tensor([(p - 1) / (m + p - 1)], dtype=torch.float64)}
+        if stage == case.group_size - 1:
             values[LOSS] = loss.detach().reshape(1)
         expected.append({"grads": grads, "values": values})
     return expected
@@ -96,7 +96,7 @@ def _gpipe_expected(case, data):
 
 
 def _1f1b_expected(case, data):
-    return _expected(case, data, lambda case, stage: min(case.tp_size - stage, case.params["m"]))
+    return _expected(case, data, lambda case, stage: min(case.group_size - stage, case.params["m"]))
 
 
 def _messages(calls: dict) -> dict:
@@ -114,8 +114,8 @@ def _stage_order(trace, run) -> torch.Tensor:
     starts each backward by receiving its gradient from s + 1; the last stage starts each forward
     by receiving from s - 1 and ends each backward by sending the gradient back to s - 1.
     """
-    last = run.tp_rank == run.tp_size - 1
-    neighbour = dist.get_global_rank(run.group, run.tp_rank - 1 if last else run.tp_rank + 1)
+    last = run.group_rank == run.group_size - 1
+    neighbour = dist.get_global_rank(run.group, run.group_rank - 1 if last else run.group_rank + 1)
     order = []
     for record in trace:
         if record.peer != neighbour:
@@ -134,7 +134,7 @@ def _peak_of(order: torch.Tensor) -> float:
 
 def _measure(case, results) -> None:
     """Replay every pipeline's measured orders in simulated time; its bubble into each stage's values."""
-    p = case.tp_size
+    p = case.group_size
     for first in range(0, len(results), p):
         stages = results[first:first + p]
         try:
@@ -156,12 +156,12 @@ def _measure(case, results) -> None:
 
 
 def _run(objects, case, run, name: str):
-    per_stage = NUM_LAYERS // run.tp_size
+    per_stage = NUM_LAYERS // run.group_size
     module = _stage_module(per_stage).to(run.device)
     weights, biases = run.tensor("weights"), run.tensor("biases")
     run.load(module, {path: tensor for local in range(per_stage) for path, tensor in
-                      ((f"{2 * local}.weight", weights[run.tp_rank * per_stage + local]),
-                       (f"{2 * local}.bias", biases[run.tp_rank * per_stage + local]))})
+                      ((f"{2 * local}.weight", weights[run.group_rank * per_stage + local]),
+                       (f"{2 * local}.bias", biases[run.group_rank * per_stage + local]))})
     inputs, targets = list(run.tensor("inputs")), list(run.tensor("targets"))
     with run.phase("step"), commtrace.record() as trace:
         returned = objects[name](module, inputs, targets, run.group)
@@ -179,7 +179,7 @@ def _run(objects, case, run, name: str):
     result["order"] = order
     result["values"] = {PEAK: torch.tensor([counted], dtype=torch.float64),
                         MEASURED_PEAK: torch.tensor([_peak_of(order)], dtype=torch.float64)}
-    if run.tp_rank == run.tp_size - 1:
+    if run.group_rank == run.group_size - 1:
         if not isinstance(loss, torch.Tensor):
             raise SubmissionProblem(f"{name} returned a {type(loss).__name__} as the last stage's loss, "
                                     "expected a tensor")

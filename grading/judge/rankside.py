@@ -98,8 +98,8 @@ def _attribute(module, path: str):
 class CaseRun:
     """What a test's ``run_case`` uses on a rank: its group, data, parameter loading, phases."""
 
-    def __init__(self, group, tp_rank: int, tp_size: int, data: dict):
-        self.group, self.tp_rank, self.tp_size = group, tp_rank, tp_size
+    def __init__(self, group, group_rank: int, group_size: int, data: dict):
+        self.group, self.group_rank, self.group_size = group, group_rank, group_size
         self.device = rank_device()
         self._data = data
         self._params: dict = {}
@@ -123,7 +123,7 @@ class CaseRun:
 
     def shard_last_dim(self, tensor: torch.Tensor) -> torch.Tensor:
         """This rank's contiguous slice of ``tensor``'s last dimension."""
-        return tensor.chunk(self.tp_size, dim=-1)[self.tp_rank].contiguous()
+        return tensor.chunk(self.group_size, dim=-1)[self.group_rank].contiguous()
 
     def load(self, module, shards: dict) -> None:
         """Copy each shard into ``module``'s parameter at that dotted path (same shape required)."""
@@ -137,7 +137,7 @@ class CaseRun:
                 raise SubmissionProblem(f"{path} is not a trainable parameter (found {type(param).__name__})")
             if tuple(param.shape) != tuple(shard.shape):
                 raise SubmissionProblem(
-                    f"{path} has shape {tuple(param.shape)} on tp rank {self.tp_rank}; "
+                    f"{path} has shape {tuple(param.shape)} on group rank {self.group_rank}; "
                     f"this rank's shard has shape {tuple(shard.shape)}")
             with torch.no_grad():
                 param.copy_(shard)
@@ -162,21 +162,22 @@ class CaseRun:
 
 # ----- the rank's whole job ---------------------------------------------------------------------
 
-def _tp_groups(world_size: int, tp_sizes: list) -> dict:
-    """{tp_size: this rank's group}: consecutive blocks of tp_size ranks (every rank joins all)."""
+def _groups_by_size(world_size: int, group_sizes: list) -> dict:
+    """{group_size: this rank's group}: consecutive blocks of group_size ranks (every rank joins all)."""
     rank, mine = dist.get_rank(), {}
-    for tp_size in tp_sizes:
-        for start in range(0, world_size, tp_size):
-            ranks = list(range(start, start + tp_size))
+    for group_size in group_sizes:
+        for start in range(0, world_size, group_size):
+            ranks = list(range(start, start + group_size))
             group = dist.new_group(ranks)
             if rank in ranks:
-                mine[tp_size] = group
+                mine[group_size] = group
     return mine
 
 
 def _run_case(spec, objects: dict, case, groups: dict) -> dict:
     rank = dist.get_rank()
-    run = CaseRun(groups[case.tp_size], rank % case.tp_size, case.tp_size, case.groups[rank // case.tp_size])
+    run = CaseRun(groups[case.group_size], rank % case.group_size, case.group_size,
+                  case.groups[rank // case.group_size])
     return spec.run_case(objects, case, run)
 
 
@@ -202,13 +203,13 @@ def _by_value_namespaces(objects: dict) -> list:
     return list(namespaces.values())
 
 
-#: Top-level packages of the grader: a submission must not hand the judge their objects.
-GRADER_PACKAGES = ("reference", "judge", "autograder")
+#: The grader's top-level package: a submission must not hand the judge their objects.
+GRADER_PACKAGES = ("grading",)
 
 
 def grader_code_in(objects: dict) -> str | None:
     """"NAME (module.object)" if the submission's objects are, inherit from or call the grader's
-    own code (a ``from reference... import`` run at grading time), else None."""
+    own code (a ``from grading.reference... import`` run at grading time), else None."""
     def origin(value) -> str:
         if isinstance(value, type(sys)):
             return value.__name__
@@ -239,7 +240,7 @@ def substitute(objects: dict, replacements: dict) -> None:
 
 
 def _groups_for(spec, cases) -> dict:
-    return _tp_groups(spec.world_size, sorted({case.tp_size for case in cases}))
+    return _groups_by_size(spec.world_size, sorted({case.group_size for case in cases}))
 
 
 def _as_bytes(payload: dict) -> bytes:
@@ -252,7 +253,7 @@ def run_reference(lab: str, test: str, cases: list) -> bytes:
     """Run the reference kernels of ``test`` on every case; torch.save bytes of {"reference": [...]}.
     No submission code runs in this launch; a failure here is the judge's (``JudgeFailed``)."""
     try:
-        module = importlib.import_module(f"judge.{lab}")
+        module = importlib.import_module(f"grading.judge.{lab}")
         spec = module.TESTS[test]
         groups = _groups_for(spec, cases)
         reference = [_run_case(spec, module.REFERENCE, case, groups) for case in cases]
@@ -321,7 +322,7 @@ def disarm(module, spec) -> list:
 def run_submission(lab: str, test: str, cases: list, blob: bytes, sources: dict) -> bytes:
     """Run the submission's objects (``blob``) on every case of ``test``; torch.save bytes of
     {"student": [...]}. The grader's answers are disarmed before the blob is unpickled."""
-    module = importlib.import_module(f"judge.{lab}")
+    module = importlib.import_module(f"grading.judge.{lab}")
     spec = module.TESTS[test]
     groups = _groups_for(spec, cases)
     disarm(module, spec)

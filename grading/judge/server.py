@@ -1,19 +1,20 @@
 """The judge process: a fresh, isolated interpreter that runs hidden tests and keeps verdicts.
 
-    python -I grading/judge/server.py --stdio               # started by a kernel (judge.client)
-    python -I grading/judge/server.py --service --log FILE  # started by `labutils grade`
+    cd COURSE_ROOT && python -E -s -m grading.judge.server --stdio   # started by a kernel (judge.client)
+    cd COURSE_ROOT && python -E -s -m grading.judge.server --service --log FILE  # by `course grade`
 
-``-I`` ignores PYTHON* variables, the user site and the current folder; this script adds
-only ``grading/`` to ``sys.path``. The engine, the lab specs and the reference kernels are
+``-E`` ignores PYTHON* variables and ``-s`` the user site; ``-m`` puts the course root (the
+current folder) first on the module path, so the judge imports that course's ``grading``
+(``grading.paths``). The engine, the lab specs and the reference kernels are
 imported before the first request. Output of the ranks goes to the log (or nowhere), never
 to the reply channel, which is a private copy of the original stdout.
 
 --stdio: requests on stdin, one reply each on stdout; the process ends with stdin.
---service: ``labutils grade`` drives it on stdin/stdout with JSON control frames:
+--service: ``course grade`` drives it on stdin/stdout with JSON control frames:
     {"cmd": "begin", "submission": ID, "socket": PATH}  -> {"ok": true}; kernels may now
         connect to PATH (one request per connection), their verdicts are kept for ID;
     {"cmd": "end"}  -> {"submission": ID, "verdicts": [...]}; PATH is removed.
-The kernels' replies are only what they print; ``labutils grade`` scores from the kept
+The kernels' replies are only what they print; ``course grade`` scores from the kept
 verdicts, so a notebook that fakes a pass is caught.
 """
 from __future__ import annotations
@@ -25,11 +26,7 @@ import socket
 import sys
 import traceback
 
-GRADING_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if GRADING_DIR not in sys.path:
-    sys.path.insert(0, GRADING_DIR)
-
-from judge.limits import limit_memory  # noqa: E402
+from grading.judge.limits import limit_memory
 
 #: Seconds a connected kernel has to send its whole request.
 REQUEST_READ_TIMEOUT_S = 60.0
@@ -51,7 +48,7 @@ def _detach_output(log_path: str | None):
 
 def judge_request(header: dict, blob: bytes, options) -> dict:
     """The verdict (as a dict) for one request; judge faults become a judge_error verdict."""
-    from judge import engine
+    from grading.judge import engine
 
     test = str(header.get("test"))
     try:
@@ -73,7 +70,7 @@ def judge_request(header: dict, blob: bytes, options) -> dict:
 
 
 def serve_stdio(reply, options) -> None:
-    from judge.protocol import read_message, write_message
+    from grading.judge.protocol import read_message, write_message
 
     stdin = sys.stdin.buffer
     while True:
@@ -97,7 +94,7 @@ class _Service:
 
     def control(self, message: dict) -> bool:
         """Handle one control frame; False when the service should stop."""
-        from judge.protocol import write_message
+        from grading.judge.protocol import write_message
 
         command = message.get("cmd")
         if command == "begin":
@@ -131,7 +128,7 @@ class _Service:
 
     def serve_connection(self, conn: socket.socket) -> None:
         """One kernel request: read it, judge it, keep the verdict, answer (if still connected)."""
-        from judge.protocol import ProtocolError, read_message, write_message
+        from grading.judge.protocol import ProtocolError, read_message, write_message
 
         conn.settimeout(REQUEST_READ_TIMEOUT_S)
         stream = conn.makefile("rwb")
@@ -148,7 +145,7 @@ class _Service:
 
 
 def serve_service(reply, options) -> None:
-    from judge.protocol import read_message
+    from grading.judge.protocol import read_message
 
     service = _Service(reply, options)
     stdin = os.fdopen(0, "rb", buffering=0, closefd=False)  # unbuffered: select() sees every frame
@@ -179,7 +176,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description="the judge process of the graded labs")
     mode = parser.add_mutually_exclusive_group(required=True)
     mode.add_argument("--stdio", action="store_true", help="serve one kernel over stdin/stdout")
-    mode.add_argument("--service", action="store_true", help="serve kernels over Unix sockets for labutils grade")
+    mode.add_argument("--service", action="store_true", help="serve kernels over Unix sockets for course grade")
     parser.add_argument("--rank-timeout", type=float, default=60.0, help="seconds one test's ranks may run")
     parser.add_argument("--backend", default="auto", choices=["auto", "gloo", "nccl"])
     parser.add_argument("--log", help="file for the judge's and the ranks' output (default: discarded)")
@@ -188,7 +185,7 @@ def main(argv=None) -> int:
     options = parser.parse_args(argv)
     limit_memory(options.memory_limit)  # before the rank template starts: the ranks inherit it
     reply = _detach_output(options.log)
-    from judge import engine
+    from grading.judge import engine
 
     for lab in engine.available_labs():  # the specs and the reference, before any request
         engine.load_lab(lab)

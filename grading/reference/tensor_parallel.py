@@ -28,7 +28,7 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 
-from reference.tp_communications import (
+from grading.reference.tp_communications import (
     copy_to_tp_region,
     gather_from_tp_region,
     reduce_from_tp_region,

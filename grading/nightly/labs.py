@@ -6,7 +6,8 @@ generate_assignment`` released). Autograded, the solution must get full marks on
 autograded test and the untouched release must get zero; anything else means a test,
 a solution or the release is broken.
 
-The check builds a throwaway nbgrader course folder per lab::
+The check builds a throwaway nbgrader course folder per lab, with the course builder that
+``course grade`` uses (:mod:`grading.autograder.course`)::
 
     COURSE/nbgrader_config.py                  loads grading/nbgrader_config.py (the course's
                                                own settings, as instructors grade), then
@@ -27,11 +28,11 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from labutils.nightly_report import FAILED, PASSED, TIMED_OUT, Result
+from grading.autograder.course import copy_source, copy_submission, write_course_config
+from grading.nightly.report import FAILED, PASSED, TIMED_OUT, Result
 
 #: the two submissions graded per lab: (student id, the score the check expects)
 SOLUTION, RELEASED = "solution", "released"
-_IGNORED = shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__", "*.pyc")
 
 
 @dataclass(frozen=True)
@@ -78,8 +79,8 @@ def grade_lab(lab: Lab, workdir: Path, out_dir: Path, run_command, *, kernel: st
 
     course = Path(workdir) / lab.name
     shutil.rmtree(course, ignore_errors=True)
-    shutil.copytree(lab.source_dir, course / "source" / lab.name, ignore=_IGNORED)
-    (course / "nbgrader_config.py").write_text(_course_config(course, lab.source_dir.parent.parent))
+    copy_source(str(course), lab.name, str(lab.source_dir))
+    _write_course_config(course, lab.source_dir.parent.parent)
     out_dir = Path(out_dir)
     logs_dir = out_dir / "logs" / "grading"
     logs_dir.mkdir(parents=True, exist_ok=True)
@@ -100,7 +101,7 @@ def grade_lab(lab: Lab, workdir: Path, out_dir: Path, run_command, *, kernel: st
         if student in problems:
             results.append(Result(names[student], "grading", FAILED, 0.0, error=problems[student]))
             continue
-        shutil.copytree(folder, course / "submitted" / student / lab.name, ignore=_IGNORED)
+        copy_submission(str(course), student, lab.name, str(folder))
         log = logs_dir / f"{lab.name}-{student}.log"
         command = [*nbgrader, "autograde", lab.name, "--student", student, "--create", "--force",
                    f"--ExecutePreprocessor.timeout={int(cell_timeout_s)}",
@@ -117,18 +118,15 @@ def grade_lab(lab: Lab, workdir: Path, out_dir: Path, run_command, *, kernel: st
     return results
 
 
-def _course_config(course: Path, root: Path) -> str:
+def _write_course_config(course: Path, root: Path) -> None:
     """nbgrader_config.py of the throwaway course: the course's grading config when the repo has one
     (its preprocessors and timeouts are what instructors grade with), every folder inside ``course``
     so that nothing is written into ``solutions/`` or ``labs/``."""
-    lines = ["c = get_config()  # noqa: F821"]
     grading_config = Path(root) / "grading" / "nbgrader_config.py"
-    if grading_config.is_file():
-        lines.append(f"load_subconfig({str(grading_config)!r})  # noqa: F821")
-    lines += [f"c.CourseDirectory.root = {str(course)!r}",
-              f"c.CourseDirectory.source_directory = {str(course / 'source')!r}",
-              f"c.CourseDirectory.release_directory = {str(course / 'release')!r}"]
-    return "\n".join(lines) + "\n"
+    write_course_config(str(course), {"CourseDirectory.source_directory": str(course / "source"),
+                                      "CourseDirectory.release_directory": str(course / "release")},
+                        grading_config=str(grading_config) if grading_config.is_file() else None,
+                        written_by="course nightly")
 
 
 def _pairing_problems(lab: Lab) -> dict[str, str]:

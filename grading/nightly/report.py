@@ -1,6 +1,6 @@
 """The nightly run's results and the files it writes: results.json, report.md, report.html, junit.xml.
 
-    from labutils.nightly_report import NightlyRun, write_reports
+    from grading.nightly.report import NightlyRun, write_reports
     write_reports(run, out_dir)        # the four files, durations compared with earlier runs
 
 One :class:`Result` per row: an executed notebook, or one nbgrader check of a lab (its
@@ -350,7 +350,7 @@ def _anchor(result: Result) -> str:
 
 def junit_xml(run: NightlyRun) -> str:
     """JUnit XML for CI systems: one <testsuite> per group, one <testcase> per row, time in seconds."""
-    suites = ElementTree.Element("testsuites", name="labutils nightly", tests=str(len(run.results)),
+    suites = ElementTree.Element("testsuites", name="course nightly", tests=str(len(run.results)),
                                  failures=str(len(run.failures)), errors="0", time=f"{run.duration_s:.3f}")
     for group, _title, rows in _grouped(run):
         if not rows:

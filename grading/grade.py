@@ -1,15 +1,17 @@
-"""`labutils grade LAB SUBMISSIONS`: autograde a class's submissions of a lab with nbgrader.
+"""`course grade LAB SUBMISSIONS`: autograde a class's submissions of a lab with nbgrader.
 
-    labutils grade lab01_tensor_parallel ~/inbox/lab01 --workers 4
+    course grade lab01_tensor_parallel ~/inbox/lab01 --workers 4
+    python -m grading grade lab01_tensor_parallel ~/inbox/lab01      # the same
 
 SUBMISSIONS holds one folder per student with the lab's notebook in it (or in a LAB/
 subfolder: nbgrader's own submitted/ layout). The grading runs in an nbgrader course folder
-(default: build/grading beside grading/) and leaves there the gradebook, grades.csv,
+(default: build/grading in the course root) and leaves there the gradebook, grades.csv,
 feedback/ (hidden tests removed) and reports/LAB.md, which lists what needs a human look:
 forged passes, edited or deleted protected cells, timeouts, dead kernels.
 
-The machinery lives in the instructor's grading/ folder, which students never receive;
-this module only finds it, runs it and draws the progress bar.
+The machinery is ``grading.autograder``; this module checks the options, runs it and draws
+the progress bar. ``--grading-dir`` names another course's grading/ folder: its judges,
+autograde workers and kernels then import that course's ``grading`` (``grading.paths``).
 """
 from __future__ import annotations
 
@@ -17,11 +19,12 @@ import os
 import sys
 import time
 
-from labutils.cli import UsageError
+from grading.cli import UsageError
+from grading.paths import course_root_of
 
 #: Width of the progress bar, in characters.
 BAR_WIDTH = 30
-#: Ranks of each hidden test (tp_size 2 and 4), so --backend nccl needs this many GPUs.
+#: Ranks of each hidden test (groups of 2 and 4 ranks), so --backend nccl needs this many GPUs.
 JUDGE_WORLD_SIZE = 4
 
 
@@ -37,7 +40,7 @@ def default_workers() -> int:
 def add_arguments(parser) -> None:
     parser.add_argument("lab", help="the lab, as named in solutions/ (e.g. lab01_tensor_parallel)")
     parser.add_argument("submissions", help="folder with one subfolder per student holding the lab's notebook")
-    parser.add_argument("--course-dir", help="nbgrader course folder to grade in (default: build/grading beside grading/)")
+    parser.add_argument("--course-dir", help="nbgrader course folder to grade in (default: build/grading in the course root)")
     parser.add_argument("--workers", type=int, default=default_workers(),
                         help="submissions graded at once (default: half the cores, at least 2)")
     parser.add_argument("--cell-timeout", type=float, default=300.0, help="seconds a notebook cell may run (default 300)")
@@ -50,25 +53,8 @@ def add_arguments(parser) -> None:
                         help="GiB of host memory each grading process may allocate (kernels and ranks: a "
                              "submission that allocates without end fails there); default: the RAM over "
                              "8 processes per worker, between 1 and 8; 0: no cap")
-    parser.add_argument("--grading-dir", help="the instructor's grading/ folder (default: $LAB_GRADING_DIR, "
-                                              "or grading/ beside the labutils package)")
-
-
-def find_grading_dir(explicit: str | None) -> str:
-    """The grading/ folder to use; UsageError when there is none (students do not have one)."""
-    import labutils
-
-    candidates = [explicit] if explicit else [
-        os.environ.get("LAB_GRADING_DIR"),
-        os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(labutils.__file__))), "grading"),
-        os.path.join(os.getcwd(), "grading"),
-    ]
-    for candidate in filter(None, candidates):
-        if os.path.isdir(os.path.join(candidate, "judge")) and os.path.isdir(os.path.join(candidate, "autograder")):
-            return os.path.abspath(candidate)
-    where = explicit or "beside labutils or in the current folder"
-    raise UsageError(f"no grading folder (with judge/ and autograder/) {('at ' + where) if explicit else where}: "
-                     "pass --grading-dir, the instructor's grading/ folder")
+    parser.add_argument("--grading-dir", help="the instructors' grading/ folder of the course to grade with "
+                                              "(default: this grading package's)")
 
 
 class ProgressBar:
@@ -92,14 +78,8 @@ class ProgressBar:
         self.stream.flush()
 
 
-def main(args) -> int:
-    grading_dir = find_grading_dir(args.grading_dir)
-    if grading_dir not in sys.path:
-        sys.path.insert(0, grading_dir)
-    from autograder.nbgrader_cli import NbgraderFailed
-    from autograder.report import summary_lines, write_report
-    from autograder.runner import GradeOptions, grade_class
-
+def _check_options(args) -> str:
+    """The course root to grade with; UsageError for an option out of range."""
     for name in ("workers", "cell_timeout", "rank_timeout", "submission_timeout"):
         if not getattr(args, name) > 0:
             raise UsageError(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
@@ -111,19 +91,31 @@ def main(args) -> int:
         choose_backend(args.backend, JUDGE_WORLD_SIZE)
     except BackendUnavailableError as exc:
         raise UsageError(f"the judge runs {JUDGE_WORLD_SIZE} ranks: {exc}") from None
-    course_dir = args.course_dir or os.path.join(os.path.dirname(grading_dir), "build", "grading")
+    try:
+        return course_root_of(args.grading_dir)
+    except ValueError as exc:
+        raise UsageError(f"{exc}: pass --grading-dir, the instructors' grading/ folder") from None
+
+
+def main(args) -> int:
+    from grading.autograder.nbgrader_cli import NbgraderFailed
+    from grading.autograder.report import summary_lines, write_report
+    from grading.autograder.runner import GradeOptions, grade_class
+
+    course_root = _check_options(args)
+    course_dir = args.course_dir or os.path.join(course_root, "build", "grading")
     options = GradeOptions(args.lab, args.submissions, course_dir, workers=args.workers,
                            cell_timeout_s=args.cell_timeout, rank_timeout_s=args.rank_timeout,
                            submission_timeout_s=args.submission_timeout, backend=args.backend,
-                           memory_limit_gib=args.memory_limit)
-    print(f"labutils grade: {args.lab} from {args.submissions} in {os.path.abspath(course_dir)} "
+                           memory_limit_gib=args.memory_limit, course_root=course_root)
+    print(f"course grade: {args.lab} from {args.submissions} in {os.path.abspath(course_dir)} "
           f"({args.workers} workers)", file=sys.stderr, flush=True)
     try:
         report = grade_class(options, progress=ProgressBar(sys.stderr).update)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     except NbgraderFailed as exc:
-        print(f"labutils grade: {exc}", file=sys.stderr)
+        print(f"course grade: {exc}", file=sys.stderr)
         return 1
     markdown_path, _ = write_report(report)
     print("\n".join(summary_lines(report)))

@@ -1,0 +1,65 @@
+"""The nbgrader course folder, built one way for every tool: ``course grade``, ``course release``
+and the nightly check of the labs.
+
+    COURSE/nbgrader_config.py        loads the course's grading/nbgrader_config.py (its preprocessors
+                                     and timeouts), then points nbgrader's folders into COURSE
+    COURSE/source/LAB/               (when the tool copies the source in; else solutions/ is used)
+    COURSE/submitted/STUDENT/LAB/    one folder per submission
+    COURSE/gradebook.db, release/, autograded/, feedback/   written by nbgrader
+
+    write_course_config(course, {"CourseDirectory.release_directory": course + "/release"})
+    copy_submission(course, "alice", "lab01_tensor_parallel", "inbox/alice")
+"""
+from __future__ import annotations
+
+import os
+import shutil
+
+from grading.paths import GRADING_DIR
+
+#: The course's own nbgrader settings, which every course folder loads first.
+GRADING_CONFIG = os.path.join(GRADING_DIR, "nbgrader_config.py")
+#: What is never copied into a course folder.
+IGNORED = shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__", "*.pyc")
+
+
+def course_config(course_dir: str, settings: dict, grading_config: str | None = GRADING_CONFIG,
+                  written_by: str = "course") -> str:
+    """The text of COURSE/nbgrader_config.py: ``load_subconfig(grading_config)`` (skipped when None),
+    ``CourseDirectory.root`` = ``course_dir``, then every ``"Section.trait": value`` of ``settings``."""
+    lines = [f"# Written by `{written_by}`: this folder is an nbgrader course (run nbgrader commands here).",
+             "c = get_config()  # noqa: F821"]
+    if grading_config is not None:
+        lines.append(f"load_subconfig({str(grading_config)!r})  # noqa: F821")
+    lines.append(f"c.CourseDirectory.root = {str(course_dir)!r}")
+    for trait, value in settings.items():
+        if trait.count(".") != 1:
+            raise ValueError(f"nbgrader setting {trait!r} is not 'Section.trait'")
+        lines.append(f"c.{trait} = {value!r}")
+    return "\n".join(lines) + "\n"
+
+
+def write_course_config(course_dir: str, settings: dict, grading_config: str | None = GRADING_CONFIG,
+                        written_by: str = "course") -> str:
+    """Create ``course_dir`` and write its nbgrader_config.py (see :func:`course_config`); its path."""
+    os.makedirs(course_dir, exist_ok=True)
+    path = os.path.join(course_dir, "nbgrader_config.py")
+    with open(path, "w") as f:
+        f.write(course_config(course_dir, settings, grading_config, written_by))
+    return path
+
+
+def copy_source(course_dir: str, lab: str, folder: str) -> str:
+    """Copy a lab's nbgrader source ``folder`` to COURSE/source/LAB (replacing it); that path."""
+    return _copy(folder, os.path.join(course_dir, "source", lab))
+
+
+def copy_submission(course_dir: str, student: str, lab: str, folder: str) -> str:
+    """Copy ``folder`` (a student's notebooks of ``lab``) to COURSE/submitted/STUDENT/LAB; that path."""
+    return _copy(folder, os.path.join(course_dir, "submitted", student, lab))
+
+
+def _copy(folder: str, destination: str) -> str:
+    shutil.rmtree(destination, ignore_errors=True)
+    shutil.copytree(folder, destination, ignore=IGNORED)
+    return destination
