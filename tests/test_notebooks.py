@@ -35,7 +35,7 @@ def test_chapter_has_a_parameters_cell(path):
 
 @pytest.fixture(scope="module")
 def nightly_rows(tmp_path_factory):
-    from labutils.nightly import run_nightly
+    from grading.nightly.runner import run_nightly
 
     run, _folder = run_nightly(
         [p.stem for p in CHAPTERS], root=ROOT, out_dir=tmp_path_factory.mktemp("nightly"), quick=True,
