@@ -1,13 +1,15 @@
 # The course's commands. Each creates .venv and installs what it needs on first use.
 #   make test      run the test suite (what CI runs)
 #   make nightly   execute every notebook headless and write a report under build/nightly/ (course nightly)
-#   make lab       start JupyterLab on the course
+#   make lab       start JupyterLab on the course (PORT=8888 IP=127.0.0.1 BROWSER=0 for a remote node)
+#   make student   build the students' copy in build/student
+#   make hub       start the course's JupyterHub on a shared node (as root)
 PYTHON ?= python3
-VENV   := .venv
+VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: test nightly lab bench clean-venv
+.PHONY: test nightly lab student hub bench clean-venv
 
 # torch is installed first with its exact pin, so no resolver ever picks another build:
 # on a CPU machine the pin takes the CPU wheel, on a GPU node the CUDA build from PyPI.
@@ -24,8 +26,26 @@ test: $(STAMP)
 nightly: $(STAMP)
 	$(BIN)/course nightly $(NIGHTLY_ARGS)
 
+# JupyterLab on the course. PORT and IP choose where it listens; BROWSER=0 starts no browser (a
+# remote node: open the printed address through an SSH tunnel, see README). The venv's commands
+# (labutils, course) are on the PATH of its terminals and notebooks' shell commands, and
+# nbgrader's Validate fails a lab with unwritten parts (labutils/data/jupyter).
+PORT    ?= 8888
+IP      ?= 127.0.0.1
+BROWSER ?= 1
 lab: $(STAMP)
-	$(BIN)/jupyter lab --notebook-dir=. --LabApp.default_url=/lab/tree/notebooks/00_start_here.ipynb $(if $(filter 0,$(shell id -u)),--allow-root,) notebooks/00_start_here.ipynb
+	env JUPYTER_CONFIG_PATH=$(CURDIR)/labutils/data/jupyter PATH=$(abspath $(BIN)):$$PATH $(BIN)/jupyter lab --notebook-dir=. --ip=$(IP) --port=$(PORT) --LabApp.default_url=/lab/tree/notebooks/00_start_here.ipynb $(if $(filter 0,$(BROWSER)),--no-browser,) $(if $(filter 0,$(shell id -u)),--allow-root,) notebooks/00_start_here.ipynb
+
+# The students' copy (build/student and a .tar.gz): chapters, released labs, labutils; no
+# solution, hidden test or grader (the build fails if any text of theirs is in it).
+student: $(STAMP)
+	$(BIN)/course student --archive
+
+# The course's JupyterHub on a shared node (grading/hub/course_hub.toml): run as root, with a
+# course environment every account can read, e.g. sudo make hub VENV=/opt/multigpu PYTHON=/usr/bin/python3
+hub: $(STAMP)
+	$(BIN)/python -m pip install -q -e '.[hub]'
+	$(BIN)/course hub
 
 bench: $(STAMP)
 	$(BIN)/python -m pip install -q -e '.[bench]'

@@ -3,6 +3,8 @@
     course release lab01_tensor_parallel [--check]        labs/LAB from solutions/LAB
     course grade lab01_tensor_parallel SUBMISSIONS        autograde a class with nbgrader
     course nightly [NOTEBOOK ...]                         run every notebook and lab, write a report
+    course student [--archive]                            the students' copy in build/student
+    course hub [--config FILE]                            JupyterHub for a class on a shared node
     course doctor | bench | model ...                     the students' `labutils` commands, as they are
 
 Each subcommand module defines ``add_arguments(parser)`` and ``main(args) -> int`` and is
@@ -23,6 +25,8 @@ SUBCOMMANDS = {
     "release": ("grading.release", "write labs/LAB from solutions/LAB with nbgrader (--check: is labs/ current?)"),
     "grade": ("grading.grade", "autograde a folder of lab submissions with nbgrader"),
     "nightly": ("grading.nightly.runner", "execute every notebook with papermill, check the labs, write a report"),
+    "student": ("grading.student_copy", "build the students' copy of the course in build/student (no solutions, no grader)"),
+    "hub": ("grading.hub.start", "start the course's JupyterHub on a shared node (grading/hub/course_hub.toml)"),
 }
 #: subcommands that are the students' `labutils` command's, forwarded unchanged
 FORWARDED = {

@@ -12,7 +12,6 @@ holds no lab solution, no hidden test, no reference kernel and no instructors' t
 """
 from __future__ import annotations
 
-import argparse
 import ast
 import json
 import re
@@ -27,7 +26,7 @@ TEMPLATES = Path(__file__).resolve().parent / "student"
 #: Folders copied whole (``__pycache__`` and checkpoints left out).
 COPIED_FOLDERS = ("notebooks", "labs", "labutils")
 #: Names that never belong in a student's copy, at any depth.
-FORBIDDEN_NAMES = ("solutions", "grading", "gradebook.db", "nbgrader_config.py")
+FORBIDDEN_NAMES = ("solutions", "grading", "gradebook.db")
 #: Lines of solutions and reference code shorter than this (stripped) are too generic to
 #: count as a leak (``return out``, ``### END SOLUTION``).
 MIN_LEAK_LINE_CHARS = 30
@@ -204,13 +203,14 @@ def write_archive(copy_dir: Path, archive: Path) -> Path:
     return archive
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="course student", description=__doc__.splitlines()[0])
+def add_arguments(parser) -> None:
     parser.add_argument("--out", type=Path, default=COURSE_ROOT / "build" / "student",
                         help="where to write the copy (default: build/student)")
     parser.add_argument("--archive", action="store_true",
-                        help="also write build/multigpu-course-student.tar.gz next to the copy")
-    args = parser.parse_args(argv)
+                        help="also write multigpu-course-student.tar.gz next to the copy")
+
+
+def main(args) -> int:
     try:
         copy_dir = build_student_copy(args.out)
     except (LeakError, ValueError) as error:

@@ -20,6 +20,7 @@ SUBCOMMANDS = {
     "doctor": ("labutils.doctor", "print the environment: Python, torch, CUDA, NCCL, GPUs, topology, backend"),
     "bench": ("labutils.bench_cli", "benchmark a collective in nccl-tests' layout (works under torchrun)"),
     "model": ("labutils.model_cli", "answer a cost-model question: zero, bubble, comm, roofline"),
+    "check": ("labutils.labcheck", "run a lab's visible checks: one line per part (passed, failed, not attempted)"),
     "run": ("labutils.multinode", "run module:function on every rank under torchrun (multi-node)"),
 }
 

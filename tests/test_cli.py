@@ -28,7 +28,7 @@ def test_help_lists_the_student_commands_only(capsys):
     with pytest.raises(SystemExit):
         cli.main(["--help"])
     out = capsys.readouterr().out
-    for command in ("doctor", "bench", "model", "run"):
+    for command in ("doctor", "bench", "model", "check", "run"):
         assert command in out
     assert "grade" not in out and "nightly" not in out
 

@@ -1,6 +1,6 @@
 """``python -m grading.hub``: the same as ``course hub``."""
 import sys
 
-from grading.hub.start import main
+from grading.cli import main
 
-sys.exit(main())
+sys.exit(main(["hub", *sys.argv[1:]]))

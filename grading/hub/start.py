@@ -12,7 +12,6 @@ needs. Nothing is changed when a check fails.
 """
 from __future__ import annotations
 
-import argparse
 import os
 import pwd
 import shutil
@@ -137,20 +136,21 @@ def prepare(settings_path: Path, build_dir: Path) -> tuple[list[str], dict]:
     return command, hub_environment(settings_path, state_dir, proxy)
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="course hub", description=__doc__.splitlines()[0])
+def add_arguments(parser) -> None:
     parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG, help="the hub's TOML settings")
     parser.add_argument("--build-dir", type=Path, default=Path("build") / "hub",
                         help="where the proxy and the hub's state live (default build/hub)")
-    args = parser.parse_args(argv)
+
+
+def main(args) -> int:
+    """Check the node, then replace this process with JupyterHub (it returns only on a failed check)."""
     try:
         command, env = prepare(args.config.resolve(), args.build_dir.resolve())
     except HubNotReady as error:
         print(f"course hub: {error}", file=sys.stderr)
         return 2
     settings = load_settings(args.config.resolve())
+    policy = settings.get("gpus", {}).get("policy", "round_robin")
     print(f"course hub: http://{settings.get('ip', '127.0.0.1')}:{settings.get('port', 8000)}/ "
-          f"({len(settings['students'])} students, GPU policy {settings.get('gpus', {}).get('policy', 'round_robin')})",
-          flush=True)
+          f"({len(settings['students'])} students, GPU policy {policy})", flush=True)
     os.execvpe(command[0], command, env)
-

@@ -3,6 +3,7 @@ in a moment, and its links open the chapters in JupyterLab; `make lab` lands on 
 course notebook opens without JupyterLab asking which kernel to use."""
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import shutil
@@ -108,9 +109,18 @@ def _make_lab_command() -> list[str]:
     printed = subprocess.run(["make", "-n", "-s", "lab"], cwd=REPO, capture_output=True, text=True, check=True).stdout
     lines = [line for line in printed.splitlines() if re.search(r"jupyter(-lab| lab)\b", line)]
     assert len(lines) == 1, f"`make -n lab` should print one jupyter lab command:\n{printed}"
-    program, *arguments = shlex.split(lines[0])
+    words = shlex.split(lines[0])
+    settings = []  # `env NAME=VALUE ...` before the program: the environment make lab sets
+    if words[0] == "env":
+        words.pop(0)
+        while "=" in words[0]:
+            settings.append(os.path.expandvars(words.pop(0)))  # as the shell make runs would
+    program, *arguments = words
     assert Path(program).name == "jupyter", lines[0]
-    return [sys.executable, "-m", "jupyter", *arguments]  # the venv's jupyter: the one running these tests
+    assert "--ip=127.0.0.1" in arguments and "--port=8888" in arguments, "make lab listens on 127.0.0.1:8888 by default"
+    arguments = [a for a in arguments if not a.startswith(("--ip=", "--port="))]  # the test server picks its own
+    launcher = ["env", *settings] if settings else []
+    return [*launcher, sys.executable, "-m", "jupyter", *arguments]  # the venv's jupyter: the one running these tests
 
 
 @pytest.mark.browser
