@@ -8,6 +8,7 @@ From a notebook: ``labutils.doctor.environment()`` (a dict) or ``environment_tex
 from __future__ import annotations
 
 import json
+import os
 import platform
 import sys
 from importlib import metadata
@@ -64,7 +65,8 @@ def environment() -> dict:
 
     Memory in bytes; each GPU carries its CUDA ordinal here ("cuda:0" or "not visible") and
     its MIG devices; the topology summary ends with the GPU rows ranks use;
-    ``cuda_probe`` says whether CUDA initialises (``None`` with no GPU visible);
+    ``cuda_probe`` says whether CUDA initialises (``None`` with no GPU visible); ``gpu_mask``
+    which GPUs this process was given (:func:`gpu_mask`);
     ``backend`` maps each world size (as a string) to the choice of ``backend="auto"`` and
     its reason.
     """
@@ -86,6 +88,7 @@ def environment() -> dict:
         "topology": topology.summary(cuda_ordinals=_ordinals(gpus)).splitlines() if topology is not None else None,
         "topology_reason": topology_reason,
         "cuda_probe": _probe_dict(gpus.visible_gpus),
+        "gpu_mask": gpu_mask(),
         "backend": {
             str(world_size): _backend_dict(world_size, gpus.visible_gpus) for world_size in WORLD_SIZES
         },
@@ -102,6 +105,24 @@ def environment() -> dict:
         },
         "packages": package_versions(),
     }
+
+
+def gpu_mask() -> dict:
+    """Which GPUs this process was given: ``CUDA_VISIBLE_DEVICES`` (None when unset) and, on the
+    course's hub, the account and the policy that set it (``JUPYTERHUB_USER``, ``COURSE_GPU_POLICY``)."""
+    return {"cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+            "hub_user": os.environ.get("JUPYTERHUB_USER"), "policy": os.environ.get("COURSE_GPU_POLICY")}
+
+
+def gpu_mask_text(mask: dict) -> str:
+    """One line on what the mask gives this process, for people."""
+    value = mask["cuda_visible_devices"]
+    by = f" by the course hub for {mask['hub_user']} (policy {mask['policy']})" if mask.get("policy") else ""
+    if value is None:
+        return "CUDA_VISIBLE_DEVICES is not set: every GPU of the machine is visible"
+    if not value.strip():
+        return f"CUDA_VISIBLE_DEVICES is empty{by or ''}: no GPU is visible, ranks run on gloo (CPU)"
+    return f"CUDA_VISIBLE_DEVICES={value}{' (set' + by + ')' if by else ''}: ranks see these, as cuda:0, cuda:1, ..."
 
 
 def _ordinals(gpus: hardware.GpuReport) -> dict[str, int | None] | None:
@@ -170,6 +191,8 @@ def environment_text(env: dict | None = None) -> str:
             lines.extend(_gpu_lines(gpu))
     else:
         lines.append(f"GPUs        {gpus['reason']}")
+    if env.get("gpu_mask"):
+        lines.append(f"GPU mask    {gpu_mask_text(env['gpu_mask'])}")
     probe = env.get("cuda_probe")
     if probe is not None:
         lines.append(f"CUDA probe  {'works' if probe['usable'] else 'fails'}: {probe['reason']}")

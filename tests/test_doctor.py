@@ -37,7 +37,7 @@ def test_doctor_json_is_the_environment_dict():
     assert done.returncode == 0, done.stderr
     env = json.loads(done.stdout)
     assert set(env) == {
-        "python", "platform", "torch", "gpus", "topology", "topology_reason", "cuda_probe", "backend", "cpu",
+        "python", "platform", "torch", "gpus", "topology", "topology_reason", "cuda_probe", "gpu_mask", "backend", "cpu",
         "packages",
     }
     assert env["python"]["version"] == ".".join(map(str, sys.version_info[:3]))
@@ -83,3 +83,17 @@ def test_environment_text_without_torch():
     env["torch"] = {"torch": "not installed", "cuda": None, "cuda_available": False, "nccl": None, "gloo": False}
     text = doctor.environment_text(env)
     assert "torch       not installed" in text and "unknown (torch not installed)" in text
+
+
+def test_doctor_says_which_gpus_the_hub_assigned(monkeypatch):
+    from labutils.doctor import gpu_mask, gpu_mask_text
+
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert "not set: every GPU" in gpu_mask_text(gpu_mask())
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-1234")
+    monkeypatch.setenv("JUPYTERHUB_USER", "ana")
+    monkeypatch.setenv("COURSE_GPU_POLICY", "round_robin")
+    assert gpu_mask_text(gpu_mask()) == ("CUDA_VISIBLE_DEVICES=GPU-1234 (set by the course hub for ana "
+                                         "(policy round_robin)): ranks see these, as cuda:0, cuda:1, ...")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    assert "empty by the course hub for ana" in gpu_mask_text(gpu_mask()) and "gloo" in gpu_mask_text(gpu_mask())
