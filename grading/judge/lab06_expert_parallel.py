@@ -101,7 +101,7 @@ def _route_expected(case, data):
         x = data["x"][rank].to(torch.float64).requires_grad_(True)
         router = data["router"].to(torch.float64).requires_grad_(True)
         gates, experts, kept, aux = _dense_route(x, router, k, case.params["factor"])
-        ((gates * kept * data["u_gates"][rank, :, :k].to(torch.float64)).sum() + aux).backward()
+        ((gates * data["u_gates"][rank, :, :k].to(torch.float64)).sum() + aux).backward()
         expected.append({"out": gates.detach(), "dx": x.grad, "grads": {"router.weight": router.grad},
                          "values": {"experts chosen": experts.to(torch.float64), "kept assignments": kept,
                                     "aux loss": aux.detach().reshape(1)}})
@@ -125,7 +125,7 @@ def _route_run(objects, case, run):
         if not isinstance(value, torch.Tensor):
             raise SubmissionProblem(f"route returned {type(value).__name__} for {name}, expected a tensor")
     upstream = run.tensor("u_gates")[run.group_rank, :, :case.params["top_k"]]
-    ((gates * kept.to(gates.dtype) * upstream).sum() + aux).backward()
+    ((gates * upstream).sum() + aux).backward()  # kept is compared as a value: a wrong mask names itself
     result = run.result(gates, x.grad)
     result["values"] = {"experts chosen": experts.detach().cpu().to(torch.float64),
                         "kept assignments": kept.detach().cpu().to(torch.float64),
