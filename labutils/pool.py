@@ -13,7 +13,8 @@ What goes wrong on a rank comes back to the caller quickly and by name:
 - an interrupt (Ctrl-C, Kernel > Interrupt) kills every rank at once.
 
 After a failure that leaves ranks in an unknown state (or when a rank or the template
-ended between calls) the pool kills them and starts fresh ranks on its next call. Ranks
+ended between calls, or the caller's ``sys.path`` changed) the pool kills them and starts
+fresh ranks on its next call, saying why in one line. Ranks
 print live; each line is prefixed ``[rank k]``. They see the caller's environment
 variables as they are when the ranks start (so ``NCCL_DEBUG`` set in a cell applies).
 
@@ -92,6 +93,7 @@ class Pool:
         self._sent_context: dict = {}
         self._cells = itertools.count(1)
         self.restarts = 0
+        self._started_sys_path: list[str] = []  # the caller's sys.path when the ranks started
         _live_pools.add(self)
 
     # ----- lifecycle -------------------------------------------------------------
@@ -115,6 +117,8 @@ class Pool:
         links = self._links
         if links.selector is None:
             return "the ranks were stopped half-way"  # an interrupt cut a stop short
+        if sys.path != self._started_sys_path:
+            return "sys.path changed since the ranks started (they import with the new one)"
         links.take_news()
         if links.starter is not _starters.current_starter() or not links.starter.alive():
             return "the rank template had exited"
@@ -146,6 +150,7 @@ class Pool:
         specs = self._rank_specs(listen_path, token)
         links.ranks = [RankLink(r) for r in range(self.world_size)]
         self._sent_context = {}
+        self._started_sys_path = list(sys.path)  # the ranks' PYTHONPATH (see child_environment)
         try:
             for r, pid in zip(links.ranks, links.starter.spawn(specs)):
                 r.pid = pid
@@ -256,14 +261,11 @@ class Pool:
         return collect(self._links, (Done,), deadline, "running", call_id=request.call_id)
 
     def _context_update(self) -> dict:
-        """What changed in the caller since the last call: cwd, sys.path, cell sources."""
+        """What changed in the caller since the last call: cwd, cell sources."""
         context = {}
         cwd = os.getcwd()
         if self._sent_context.get("cwd") != cwd:
             context["cwd"] = self._sent_context["cwd"] = cwd
-        if self._sent_context.get("sys_path") != sys.path:
-            context["sys_path"] = list(sys.path)
-            self._sent_context["sys_path"] = list(sys.path)
         sent = self._sent_context.setdefault("sources", {})
         sources = {k: v for k, v in _in_memory_sources().items() if sent.get(k) != v[0]}
         if sources:
