@@ -39,7 +39,7 @@ import weakref
 from labutils import _starters, _wire
 from labutils._ranklinks import RankLink, RankLinks
 from labutils._render import describe_status
-from labutils._replies import collect, fail_dead, stop_on_interrupt
+from labutils._replies import StragglerNotice, collect, fail_dead, stop_on_interrupt
 from labutils.backend import choose_backend
 from labutils.call_args import DEFAULT_TIMEOUT_S, pickle_call, validate_timeout, validate_world_size
 from labutils.messages import Done, ExecCell, Exit, Ready, RunCall, Started, StorePort
@@ -258,7 +258,8 @@ class Pool:
                     pass  # this rank has just died: collect reports it
         except KeyboardInterrupt:
             stop_on_interrupt(self._links)  # some ranks have the request, others not: none may go on
-        return collect(self._links, (Done,), deadline, "running", call_id=request.call_id)
+        return collect(self._links, (Done,), deadline, "running", call_id=request.call_id,
+                       notice=StragglerNotice(self._links, timeout_s))
 
     def _context_update(self) -> dict:
         """What changed in the caller since the last call: cwd, cell sources."""
