@@ -9,7 +9,9 @@ What goes wrong on a rank comes back to the caller quickly and by name:
   otherwise ``RankError``), with rank k's traceback as its ``__cause__``;
 - a rank that dies raises ``RankDiedError`` with its exit code or signal;
 - ranks still busy at the deadline raise ``RankTimeoutError`` (a ``TimeoutError``) that
-  names them and shows the Python stack where each was stuck;
+  names them and shows the Python stack where each was stuck; well before that, when some
+  ranks have returned while others wait inside a collective, one line says which ranks wait
+  in which collective and how to shorten the wait;
 - an interrupt (Ctrl-C, Kernel > Interrupt) kills every rank at once.
 
 After a failure that leaves ranks in an unknown state (or when a rank or the template
