@@ -23,7 +23,9 @@ _CALLER_LAUNCHER_FILES = tuple(os.path.join(os.path.dirname(__file__), name) for
 _DISTRIBUTED_FRAME = re.compile(r'File "[^"]*[/\\]torch[/\\]distributed[/\\][^"]*", line \d+, in (\w+)')
 #: Lines of a dead rank's stderr that explain why it died (gloo's and NCCL's own words).
 _EXPLAINING = re.compile(r"terminate called|what\(\)|mismatch|enforce fail|NCCL WARN|Error|error:")
-_BUILD_PATH = re.compile(r"\[enforce fail at [^\]]*?([^/\]]+:\d+)\]")
+#: "[enforce fail at /__w/pytorch/.../pair.cc:456]", "[/__w/pytorch/.../pair.cc:537]": where
+#: torch was built, not where the student's code is; only the file name and line are kept.
+_BUILD_PATH = re.compile(r"\[(enforce fail at )?/[^\]\s]*/([^/\]\s]+:\d+)\]")
 
 
 def describe_status(exitcode, sig) -> str:
@@ -101,8 +103,9 @@ def main_thread_stack(dump: str, main_ident: int | None) -> str:
 
 
 def shorten(text: str, limit: int = 300) -> str:
-    """``text`` on one line, cut at a word boundary (never mid-word) to about ``limit`` characters."""
-    text = " ".join(text.split())
+    """``text`` on one line, build paths shortened, cut at a word boundary (never mid-word)
+    to at most ``limit`` characters plus " ..."."""
+    text = _BUILD_PATH.sub(r"[\1\2]", " ".join(text.split()))
     if len(text) <= limit:
         return text
     cut = text[:limit].rsplit(" ", 1)[0]
@@ -129,7 +132,7 @@ def collective_in(stack: str) -> str | None:
 
 def stderr_explanation(lines, most: int = 6) -> list[str]:
     """The lines of a dead rank's last stderr lines that say why it died, whole, build paths shortened."""
-    chosen = [_BUILD_PATH.sub(r"[enforce fail at \1]", line.strip()) for line in lines if _EXPLAINING.search(line)]
+    chosen = [_BUILD_PATH.sub(r"[\1\2]", line.strip()) for line in lines if _EXPLAINING.search(line)]
     return chosen[-most:]
 
 

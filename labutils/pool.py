@@ -244,6 +244,7 @@ class Pool:
         __tracebackhide__ = True
         filename = f"<distributed cell {next(self._cells)}>"
         compile(source, filename, "exec")  # a syntax error fails here, before the ranks see it
+        linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)  # for stuck stacks
         deadline_s = validate_timeout(timeout if timeout is not None else self.timeout)
         self.start()
         self._call(ExecCell(next(self._calls), source, filename, self._context_update()), deadline_s)
