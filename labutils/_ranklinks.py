@@ -173,10 +173,16 @@ class RankLinks:
         """Relay the output of ranks that have died until they close it (their last words,
         such as gloo's explanation of an abort, arrive after their exit report), or ``wait_s``."""
         deadline = time.monotonic() + wait_s
+        def ended(rank: RankLink) -> bool:
+            return all(kind in rank.output_closed or getattr(rank, kind) is None for kind in ("out", "err"))
+
         while self.selector is not None and time.monotonic() < deadline:
-            if all(self.ranks[r].output_closed >= {"out", "err"} for r in ranks):
+            if all(ended(self.ranks[r]) for r in ranks):
                 break
             for key, _ in self.selector.select(max(0.0, deadline - time.monotonic())):
+                if key.data[0] == "listen":  # still connecting: a rank that died has no channel to read
+                    time.sleep(0.01)
+                    continue
                 for rank, message in self.handle_event(key, set()):
                     self.ranks[rank].pending.append(message)
 
