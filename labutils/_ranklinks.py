@@ -7,6 +7,7 @@ control messages, asks stuck ranks for their stacks and kills them all.
 """
 from __future__ import annotations
 
+import collections
 import os
 import selectors
 import shutil
@@ -21,6 +22,8 @@ from labutils.messages import RankHello
 
 #: Seconds a stuck rank gets to write its stack after SIGUSR1.
 STACK_DUMP_WAIT_S = 1.0
+#: Last lines of each rank's stderr kept to explain its death (gloo's and NCCL's messages).
+STDERR_TAIL_LINES = 40
 
 
 class RankLink:
@@ -37,6 +40,8 @@ class RankLink:
         self.partial = {"out": b"", "err": b""}
         self.pending: list = []  # control messages that arrived before anyone asked for them
         self.ctrl_closed = False
+        self.output_closed: set[str] = set()  # "out", "err" once the rank closed them
+        self.stderr_tail: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL_LINES)
 
 
 class RankLinks:
@@ -117,6 +122,7 @@ class RankLinks:
             return [(rank.rank, m) for m in rank.reader.feed(data)]
         if not data:
             self.selector.unregister(key.fileobj)
+            rank.output_closed.add(kind)
             return []
         self.relay(rank, kind, data)
         return []
@@ -157,8 +163,28 @@ class RankLinks:
         if lines:
             stream = sys.stdout if kind == "out" else sys.stderr
             prefix = f"[rank {rank.rank}] "
-            stream.write("".join(prefix + line.decode("utf-8", "replace") + "\n" for line in lines))
+            texts = [line.decode("utf-8", "replace") for line in lines]
+            stream.write("".join(prefix + text + "\n" for text in texts))
             stream.flush()
+            if kind == "err":
+                rank.stderr_tail.extend(texts)
+
+    def await_output_end(self, ranks: list[int], wait_s: float = 1.0) -> None:
+        """Relay the output of ranks that have died until they close it (their last words,
+        such as gloo's explanation of an abort, arrive after their exit report), or ``wait_s``."""
+        deadline = time.monotonic() + wait_s
+        def ended(rank: RankLink) -> bool:
+            return all(kind in rank.output_closed or getattr(rank, kind) is None for kind in ("out", "err"))
+
+        while self.selector is not None and time.monotonic() < deadline:
+            if all(ended(self.ranks[r]) for r in ranks):
+                break
+            for key, _ in self.selector.select(max(0.0, deadline - time.monotonic())):
+                if key.data[0] == "listen":  # still connecting: a rank that died has no channel to read
+                    time.sleep(0.01)
+                    continue
+                for rank, message in self.handle_event(key, set()):
+                    self.ranks[rank].pending.append(message)
 
     def drain_output(self) -> None:
         """Relay whatever output is already waiting, and any unfinished last line."""

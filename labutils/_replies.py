@@ -16,20 +16,73 @@ from __future__ import annotations
 import time
 
 from labutils._ranklinks import RankLinks
-from labutils._render import describe_status, rebuild_exception, short_type_name
+from labutils._render import (collective_in, describe_status, hide_launcher_frames, ranks_phrase,
+                              rebuild_exception, short_type_name, shorten, stderr_explanation)
 from labutils.errors import RankDiedError, RankTimeoutError
 from labutils.messages import Failed
 
 #: Seconds to wait for the other ranks' answers after one rank has failed.
 FAILURE_GRACE_S = 0.5
+#: Seconds after the first rank finished a call at which the ranks still busy are looked at
+#: (their stacks, as for a timeout): if they wait in a collective, the caller is told at once.
+STRAGGLER_CHECKS_S = (0.5, 2.0, 8.0)
 
 
-def collect(links: RankLinks, kinds: tuple, deadline: float, doing: str, call_id=None, ranks=None) -> dict:
+class StragglerNotice:
+    """Says in the cell's output, seconds after a rank finished a call, which ranks are still
+    inside a collective (the finished one never joined it) and how long they will wait.
+
+    Nothing happens while every rank is busy or every rank answers: the fast path pays nothing.
+    """
+
+    def __init__(self, links: RankLinks, waiting_up_to_s: float):
+        self.links, self.waiting_up_to_s = links, waiting_up_to_s
+        self.first_finish_at: float | None = None
+        self.due_at: float | None = None
+        self.checks_done = 0
+
+    def update(self, waiting: set) -> None:
+        """Called after each batch of replies; samples the stacks of ``waiting`` when due."""
+        if not waiting or len(waiting) == self.links.world_size or self.checks_done == len(STRAGGLER_CHECKS_S):
+            return
+        now = time.monotonic()
+        if self.first_finish_at is None:
+            self.first_finish_at = now
+            self.due_at = now + STRAGGLER_CHECKS_S[0]
+        if now < self.due_at:
+            return
+        self.checks_done += 1
+        stacks = self.links.stacks(sorted(waiting))
+        inside = {r: op for r in sorted(waiting) if (op := collective_in(stacks.get(r, "")))}
+        if inside:
+            self.checks_done = len(STRAGGLER_CHECKS_S)
+            finished = set(range(self.links.world_size)) - waiting
+            print(f"labutils: {straggler_line(finished, inside, self.waiting_up_to_s)}", flush=True)
+        if self.checks_done < len(STRAGGLER_CHECKS_S):
+            self.due_at = self.first_finish_at + STRAGGLER_CHECKS_S[self.checks_done]
+        else:
+            self.due_at = None
+
+
+def straggler_line(finished, inside: dict[int, str], waiting_up_to_s: float) -> str:
+    """"rank 1 finished; rank 0 is still in all_reduce (waiting up to 120 s: ...)"."""
+    by_op: dict[str, list[int]] = {}
+    for rank, op in sorted(inside.items()):
+        by_op.setdefault(op, []).append(rank)
+    where = ", ".join(f"{ranks_phrase(rs)} {'is' if len(rs) == 1 else 'are'} still in {op}"
+                      for op, rs in by_op.items())
+    return (f"{ranks_phrase(finished)} finished; {where} (waiting up to {waiting_up_to_s:g} s: "
+            "pass timeout= (or %%distributed --timeout) or set LABUTILS_TIMEOUT to change it)")
+
+
+def collect(links: RankLinks, kinds: tuple, deadline: float, doing: str, call_id=None, ranks=None,
+            notice: StragglerNotice | None = None) -> dict:
     """Wait for one message of a type in ``kinds`` from each rank in ``ranks`` (all by default),
     of call ``call_id`` when given; relay output meanwhile. Return {rank: message}.
 
     ``deadline`` is a ``time.monotonic()`` time; ``doing`` names the phase in error messages
-    ("running", "starting"). Raises as the module docstring says.
+    ("running", "starting"); ``notice`` tells about ranks left in a collective. Raises as the
+    module docstring says.
     """
     __tracebackhide__ = True
     waiting = set(range(links.world_size) if ranks is None else ranks)
@@ -51,7 +104,7 @@ def collect(links: RankLinks, kinds: tuple, deadline: float, doing: str, call_id
     for r in links.ranks:
         r.pending = [m for m in r.pending if not take(r.rank, m)]
     try:
-        _wait(links, waiting, deadline, take, lambda: bool(errors))
+        _wait(links, waiting, deadline, take, lambda: bool(errors), notice)
         links.drain_output()
         # A death comes first: the errors of the other ranks are usually its consequence.
         dead = links.dead_ranks(set(range(links.world_size)) - set(replies))
@@ -60,15 +113,16 @@ def collect(links: RankLinks, kinds: tuple, deadline: float, doing: str, call_id
         if errors:
             fail_after_errors(links, errors, waiting)
         if waiting:
-            fail_timeout(links, sorted(waiting), doing)
+            fail_timeout(links, sorted(waiting), doing, sorted(replies))
     except KeyboardInterrupt:  # also while reading stacks or killing: never leave ranks running
         stop_on_interrupt(links)
     return replies
 
 
-def _wait(links: RankLinks, waiting: set, deadline: float, take, failed) -> None:
+def _wait(links: RankLinks, waiting: set, deadline: float, take, failed, notice=None) -> None:
     """Read messages (``take`` them, else keep them pending) until nobody is ``waiting``,
-    the deadline passes, or ``FAILURE_GRACE_S`` after the first failure or death."""
+    the deadline passes, or ``FAILURE_GRACE_S`` after the first failure or death; let
+    ``notice`` look at the ranks still busy once others have finished."""
     first_failure_at = None
     while waiting:
         now = time.monotonic()
@@ -81,6 +135,8 @@ def _wait(links: RankLinks, waiting: set, deadline: float, take, failed) -> None
         limit = deadline - now
         if first_failure_at is not None:
             limit = min(limit, FAILURE_GRACE_S - (now - first_failure_at))
+        elif notice is not None and notice.due_at is not None:
+            limit = min(limit, notice.due_at - now)
         for key, _ in links.selector.select(max(0.0, limit)):
             for rank, message in links.handle_event(key, waiting):
                 if not take(rank, message):
@@ -89,6 +145,8 @@ def _wait(links: RankLinks, waiting: set, deadline: float, take, failed) -> None
             first_failure_at = time.monotonic()
         if first_failure_at is None and links.dead_ranks(waiting):
             first_failure_at = time.monotonic()  # let the other ranks' news arrive too
+        if first_failure_at is None and notice is not None:
+            notice.update(waiting)
 
 
 def stop_on_interrupt(links: RankLinks):
@@ -107,15 +165,21 @@ def fail_dead(links: RankLinks, dead: list[int], errors, doing: str) -> None:
     __tracebackhide__ = True
     rank = dead[0]
     exitcode, sig = links.exit_status(rank)
+    links.await_output_end(dead)
+    links.drain_output()
     message = f"rank {rank} died while {doing}: {describe_status(exitcode, sig)}"
     if len(dead) > 1:
-        message += f"; rank{'s' if len(dead) > 2 else ''} {', '.join(map(str, dead[1:]))} died too"
+        message += f"; {ranks_phrase(dead[1:])} died too"
+    explanation = stderr_explanation(links.ranks[rank].stderr_tail)
+    if explanation:
+        message += ". Its last words on stderr:\n    " + "\n    ".join(explanation) + "\n"
     if errors:
         first_rank, first = min(errors, key=lambda e: e[0])
-        message += f"; then rank {first_rank} raised {first.type_name.rsplit('.', 1)[-1]}: {first.message[:200]}"
+        message += (f"{'Then' if explanation else '; then'} rank {first_rank} raised "
+                    f"{short_type_name(first.type_name).rsplit('.', 1)[-1]}: {shorten(first.message)}")
     links.kill()
-    raise RankDiedError(message + ". All ranks were stopped; fresh ranks start on the next call.",
-                        rank, exitcode, sig)
+    raise hide_launcher_frames(RankDiedError(
+        message.rstrip("\n") + ".\nAll ranks were stopped; fresh ranks start on the next call.", rank, exitcode, sig))
 
 
 def fail_after_errors(links: RankLinks, errors: list[tuple[int, Failed]], still_running) -> None:
@@ -138,22 +202,24 @@ def fail_after_errors(links: RankLinks, errors: list[tuple[int, Failed]], still_
             who = f"rank{'s' if len(same) > 1 else ''} {', '.join(map(str, same))}"
             exc.add_note(f"[labutils] {who} also raised this error")
         for other, m in sorted((e for e in errors if not e[1].same_error(failed)), key=lambda e: e[0]):
-            exc.add_note(f"[labutils] rank {other} then raised {short_type_name(m.type_name)}: {m.message[:200]}")
+            exc.add_note(f"[labutils] rank {other} then raised {short_type_name(m.type_name)}: {shorten(m.message)}")
         if restarted:
             exc.add_note("[labutils] the other ranks were stopped; the pool starts fresh ranks on its next call")
-    raise exc  # the rank's traceback travels as exc.__cause__ (a RemoteTraceback), shown above this frame
+    raise hide_launcher_frames(exc)  # the rank's traceback travels as exc.__cause__ (a RemoteTraceback), shown above this frame
 
 
-def fail_timeout(links: RankLinks, ranks: list[int], doing: str) -> None:
-    """Raise RankTimeoutError naming ``ranks`` with the stack where each was stuck."""
+def fail_timeout(links: RankLinks, ranks: list[int], doing: str, finished=()) -> None:
+    """Raise RankTimeoutError naming ``ranks`` (and the ``finished`` ones) with the stack
+    where each was stuck."""
     __tracebackhide__ = True
     stacks = links.stacks(ranks)
     links.kill()
+    had_finished = f" ({ranks_phrase(finished)} had finished)" if finished else ""
     lines = [
-        f"rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))} did not finish "
-        f"{doing} before the deadline; all ranks were stopped (fresh ranks start on the next call)."
+        f"{ranks_phrase(ranks)} did not finish {doing} before the deadline{had_finished}; "
+        "all ranks were stopped (fresh ranks start on the next call)."
     ]
     for r in ranks:
         lines.append(f"--- rank {r} was here (most recent call first):")
         lines.append(stacks.get(r) or "    (no stack could be read)")
-    raise RankTimeoutError("\n".join(lines), ranks, stacks)
+    raise hide_launcher_frames(RankTimeoutError("\n".join(lines), ranks, stacks))

@@ -55,6 +55,7 @@ class _ExitBook:
 class TemplateStarter(_ExitBook):
     def __init__(self):
         super().__init__()
+        self.sys_path = list(sys.path)  # what the template (and every fork) imports with
         ours, theirs = socket.socketpair()
         self._sock = ours
         self._process = subprocess.Popen(
@@ -83,6 +84,10 @@ class TemplateStarter(_ExitBook):
 
     def alive(self) -> bool:
         return self._process.poll() is None
+
+    def stale(self) -> bool:
+        """Whether the caller's sys.path changed since the template started (forks would miss it)."""
+        return sys.path != self.sys_path
 
     def _next_message(self, timeout: float, kind: type):
         """Block until a message of type ``kind`` arrives; exit reports met on the way are booked."""
@@ -164,6 +169,10 @@ class SpawnStarter(_ExitBook):
     def alive(self) -> bool:
         return True
 
+    def stale(self) -> bool:
+        """Never: each rank is a fresh interpreter started with the caller's sys.path as it is."""
+        return False
+
     def _watch(self, process: subprocess.Popen) -> None:
         code = process.wait()
         status = (None, -code) if code < 0 else (code, None)
@@ -232,9 +241,13 @@ def start_method() -> str:
 
 
 def get_starter():
-    """The process-wide starter, created on first use (and again if its template died)."""
+    """The process-wide starter, created on first use (and again if its template died, or
+    was started with a ``sys.path`` the caller has since changed: it is stopped first)."""
     global _starter
     with _starter_lock:
+        if _starter is not None and _starter.alive() and _starter.stale():
+            _starter.close()
+            _starter = None
         if _starter is None or not _starter.alive():
             _starter = TemplateStarter() if start_method() == "template" else SpawnStarter()
         return _starter

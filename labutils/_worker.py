@@ -144,7 +144,11 @@ def _error_reply(call_id, exc: BaseException, context: str = "") -> Failed:
 
 
 def _apply_context(context: dict | None) -> None:
-    """Follow the caller's working directory, sys.path and in-memory sources (notebook cells)."""
+    """Follow the caller's working directory and in-memory sources (notebook cells).
+
+    The caller's ``sys.path`` reaches a rank through ``PYTHONPATH`` when it starts; when it
+    changes later the pool starts fresh ranks (see ``labutils.pool``).
+    """
     if not context:
         return
     if "cwd" in context:
@@ -152,8 +156,6 @@ def _apply_context(context: dict | None) -> None:
             os.chdir(context["cwd"])
         except OSError:
             pass
-    if "sys_path" in context:
-        sys.path[:] = context["sys_path"]
     for filename, entry in context.get("sources", {}).items():
         linecache.cache[filename] = entry
 

@@ -18,8 +18,7 @@ Between the caller and the template (``labutils._template``)::
     caller -> template   Spawn(specs)          template -> caller   Spawned(pids)
     template -> caller   RankExited(pid, exitcode, signal)   whenever a rank ends
 
-``context`` is what changed in the caller since the last call (cwd, sys.path, notebook cell
-sources). ``call_id`` is None in a ``Failed`` sent while the process group initialises.
+``context`` is what changed in the caller since the last call (cwd, notebook cell sources). ``call_id`` is None in a ``Failed`` sent while the process group initialises.
 On the wire a message is a plain tuple, its ``KIND`` first: only builtin values are ever
 unpickled to read a frame (see ``labutils._wire``).
 """

@@ -15,6 +15,7 @@ list of every rank's result (gathered with ``all_gather_object``, tensors on the
 from __future__ import annotations
 
 import importlib
+import importlib.machinery
 import importlib.util
 import json
 import os
@@ -46,15 +47,31 @@ def load_target(target: str):
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
     else:
-        sys.path.insert(0, os.getcwd())
         try:
-            module = importlib.import_module(where)
+            module = _import_from_cwd_first(where)
         except ImportError as exc:
             raise UsageError(f"cannot import {where!r}: {exc}") from None
     fn = getattr(module, name, None)
     if not callable(fn):
         raise UsageError(f"{where} has no function {name!r}")
     return fn
+
+
+def _import_from_cwd_first(dotted: str):
+    """Import ``dotted`` ("mod" or "pkg.mod"), its top-level package found in the current
+    folder first (as ``python -m`` would), else wherever a normal import finds it."""
+    top = dotted.partition(".")[0]
+    if top not in sys.modules:
+        spec = importlib.machinery.PathFinder.find_spec(top, [os.getcwd()])
+        if spec is not None:
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[top] = module
+            try:
+                spec.loader.exec_module(module)
+            except BaseException:
+                del sys.modules[top]
+                raise
+    return importlib.import_module(dotted)
 
 
 def init_from_environment(backend: str = "auto"):

@@ -9,11 +9,14 @@ What goes wrong on a rank comes back to the caller quickly and by name:
   otherwise ``RankError``), with rank k's traceback as its ``__cause__``;
 - a rank that dies raises ``RankDiedError`` with its exit code or signal;
 - ranks still busy at the deadline raise ``RankTimeoutError`` (a ``TimeoutError``) that
-  names them and shows the Python stack where each was stuck;
+  names them and shows the Python stack where each was stuck; well before that, when some
+  ranks have returned while others wait inside a collective, one line says which ranks wait
+  in which collective and how to shorten the wait;
 - an interrupt (Ctrl-C, Kernel > Interrupt) kills every rank at once.
 
 After a failure that leaves ranks in an unknown state (or when a rank or the template
-ended between calls) the pool kills them and starts fresh ranks on its next call. Ranks
+ended between calls, or the caller's ``sys.path`` changed) the pool kills them and starts
+fresh ranks on its next call, saying why in one line. Ranks
 print live; each line is prefixed ``[rank k]``. They see the caller's environment
 variables as they are when the ranks start (so ``NCCL_DEBUG`` set in a cell applies).
 
@@ -38,7 +41,7 @@ import weakref
 from labutils import _starters, _wire
 from labutils._ranklinks import RankLink, RankLinks
 from labutils._render import describe_status
-from labutils._replies import collect, fail_dead, stop_on_interrupt
+from labutils._replies import StragglerNotice, collect, fail_dead, stop_on_interrupt
 from labutils.backend import choose_backend
 from labutils.call_args import DEFAULT_TIMEOUT_S, pickle_call, validate_timeout, validate_world_size
 from labutils.messages import Done, ExecCell, Exit, Ready, RunCall, Started, StorePort
@@ -92,6 +95,7 @@ class Pool:
         self._sent_context: dict = {}
         self._cells = itertools.count(1)
         self.restarts = 0
+        self._started_sys_path: list[str] = []  # the caller's sys.path when the ranks started
         _live_pools.add(self)
 
     # ----- lifecycle -------------------------------------------------------------
@@ -115,6 +119,8 @@ class Pool:
         links = self._links
         if links.selector is None:
             return "the ranks were stopped half-way"  # an interrupt cut a stop short
+        if sys.path != self._started_sys_path:
+            return "sys.path changed since the ranks started (they import with the new one)"
         links.take_news()
         if links.starter is not _starters.current_starter() or not links.starter.alive():
             return "the rank template had exited"
@@ -146,6 +152,7 @@ class Pool:
         specs = self._rank_specs(listen_path, token)
         links.ranks = [RankLink(r) for r in range(self.world_size)]
         self._sent_context = {}
+        self._started_sys_path = list(sys.path)  # the ranks' PYTHONPATH (see child_environment)
         try:
             for r, pid in zip(links.ranks, links.starter.spawn(specs)):
                 r.pid = pid
@@ -237,6 +244,7 @@ class Pool:
         __tracebackhide__ = True
         filename = f"<distributed cell {next(self._cells)}>"
         compile(source, filename, "exec")  # a syntax error fails here, before the ranks see it
+        linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)  # for stuck stacks
         deadline_s = validate_timeout(timeout if timeout is not None else self.timeout)
         self.start()
         self._call(ExecCell(next(self._calls), source, filename, self._context_update()), deadline_s)
@@ -253,17 +261,15 @@ class Pool:
                     pass  # this rank has just died: collect reports it
         except KeyboardInterrupt:
             stop_on_interrupt(self._links)  # some ranks have the request, others not: none may go on
-        return collect(self._links, (Done,), deadline, "running", call_id=request.call_id)
+        return collect(self._links, (Done,), deadline, "running", call_id=request.call_id,
+                       notice=StragglerNotice(self._links, timeout_s))
 
     def _context_update(self) -> dict:
-        """What changed in the caller since the last call: cwd, sys.path, cell sources."""
+        """What changed in the caller since the last call: cwd, cell sources."""
         context = {}
         cwd = os.getcwd()
         if self._sent_context.get("cwd") != cwd:
             context["cwd"] = self._sent_context["cwd"] = cwd
-        if self._sent_context.get("sys_path") != sys.path:
-            context["sys_path"] = list(sys.path)
-            self._sent_context["sys_path"] = list(sys.path)
         sent = self._sent_context.setdefault("sources", {})
         sources = {k: v for k, v in _in_memory_sources().items() if sent.get(k) != v[0]}
         if sources:

@@ -52,6 +52,7 @@ def test_all_three_apis_in_a_headless_notebook(tmp_path):
     assert "ValueError: only rank 1 is unhappy" in texts[3]
     assert "rank 1 of 2" in texts[3]
     assert "Cell In[4]" in texts[3] and "ipykernel_" not in texts[3]  # cells named as IPython names them
+    assert "pool.run(fail)" in texts[3] and "labutils/" not in texts[3]  # the cell's line, no launcher frame
     assert "POOL AGAIN [0, 1]" in texts[4]
     assert "[rank 0] magic 3.0" in texts[6] and "[rank 1] magic 3.0" in texts[6]
     assert "[rank 0] still here 3.0" in texts[7] and "[rank 1] still here 4.0" in texts[7]
