@@ -73,17 +73,21 @@ class Hub:
                 os.killpg(self.process.pid, 9)
                 self.process.wait(10)
 
+    def environment(self) -> dict:
+        """The instructor's shell: the course environment's commands first on PATH (nbgrader runs alembic)."""
+        return {**os.environ, "PATH": f"{Path(self.python).parent}{os.pathsep}{os.environ['PATH']}"}
+
     def nbgrader(self, *args: str, cwd: Path) -> str:
         """An instructor's nbgrader command against the hub's exchange; its output."""
         command = [str(Path(self.python).parent / "nbgrader"), *args, f"--Exchange.root={self.exchange}",
                    "--CourseDirectory.course_id=multigpu"]
-        result = subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=300)
+        result = subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=300, env=self.environment())
         assert result.returncode == 0, f"{' '.join(args)} failed:\n{result.stdout}\n{result.stderr}"
         return result.stdout + result.stderr
 
     def course(self, *args: str) -> str:
         """An instructor's `course` command run with the shared environment; its output."""
         result = subprocess.run([str(Path(self.python).parent / "course"), *args], cwd=self.workdir,
-                                capture_output=True, text=True, timeout=900)
+                                capture_output=True, text=True, timeout=900, env=self.environment())
         assert result.returncode == 0, f"course {' '.join(args)} failed:\n{result.stdout}\n{result.stderr}"
         return result.stdout + result.stderr
