@@ -2,6 +2,7 @@
 #   make test      run the test suite (what CI runs)
 #   make nightly   execute every notebook headless and write a report under build/nightly/ (course nightly)
 #   make lab       start JupyterLab on the course
+#   make site      the chapters as a website in build/site/ from the last complete nightly run (course site)
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
@@ -36,6 +37,13 @@ bench: $(STAMP)
 .PHONY: gpu-check
 gpu-check: $(STAMP)
 	@$(BIN)/python bench/gpu_checks.py
+
+# MathJax 3 from npm into build/mathjax/ (pages load it from there, never from a CDN).
+# SITE_ARGS: e.g. "--run" to execute the chapters first, "--repo-url https://github.com/OWNER/NAME".
+.PHONY: site
+site: $(STAMP)
+	test -f build/mathjax/node_modules/mathjax/es5/tex-svg.js || npm install --prefix build/mathjax --no-audit --no-fund mathjax@3
+	$(BIN)/course site $(SITE_ARGS)
 
 clean-venv:
 	rm -rf $(VENV)

@@ -3,6 +3,7 @@
     course release lab01_tensor_parallel [--check]        labs/LAB from solutions/LAB
     course grade lab01_tensor_parallel SUBMISSIONS        autograde a class with nbgrader
     course nightly [NOTEBOOK ...]                         run every notebook and lab, write a report
+    course site [--run | --from RUN]                      build/site/: the chapters as a website
     course doctor | bench | model ...                     the students' `labutils` commands, as they are
 
 Each subcommand module defines ``add_arguments(parser)`` and ``main(args) -> int`` and is
@@ -23,6 +24,7 @@ SUBCOMMANDS = {
     "release": ("grading.release", "write labs/LAB from solutions/LAB with nbgrader (--check: is labs/ current?)"),
     "grade": ("grading.grade", "autograde a folder of lab submissions with nbgrader"),
     "nightly": ("grading.nightly.runner", "execute every notebook with papermill, check the labs, write a report"),
+    "site": ("grading.site.command", "build the course website (build/site/) from a nightly run's executed notebooks"),
 }
 #: subcommands that are the students' `labutils` command's, forwarded unchanged
 FORWARDED = {
