@@ -48,7 +48,7 @@ def main(args) -> int:
         if args.run:
             from grading.nightly.runner import run_nightly
 
-            run, run_folder = run_nightly(["notebooks"], root=root, quick=args.quick, grading=False)
+            run, run_folder = run_nightly([str(root / "notebooks")], root=root, quick=args.quick, grading=False)
             if run.failures or run.interrupted:
                 sys.stderr.write(f"course site: the nightly run {run_folder} did not pass; no site built\n")
                 return 1
