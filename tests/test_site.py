@@ -54,8 +54,11 @@ def _chapter(title: str, widget: bool = False):
             "display_data", data={"application/vnd.jupyter.widget-view+json": {"model_id": "box", "version_major": 2},
                                   "text/plain": "Explorer(...)"})]))
         notebook.metadata["widgets"] = {"application/vnd.jupyter.widget-state+json": {"version_major": 2, "state": {
-            "box": {"model_name": "VBoxModel", "state": {"children": ["IPY_MODEL_slider", "IPY_MODEL_image"]}},
+            "box": {"model_name": "VBoxModel", "state": {"children": ["IPY_MODEL_slider", "IPY_MODEL_size",
+                                                                             "IPY_MODEL_image"]}},
             "slider": {"model_name": "IntSliderModel", "state": {"description": "ranks n", "value": 8}},
+            "size": {"model_name": "FloatLogSliderModel",
+                     "state": {"description": "bytes S", "value": 16777216.0, "readout_format": ".3g"}},
             "image": {"model_name": "ImageModel", "state": {"format": "png"},
                       "buffers": [{"path": ["value"], "encoding": "base64", "data": PNG}]}}}}
     return notebook
@@ -126,7 +129,7 @@ def test_widget_becomes_its_static_draw_with_a_note(course):
     page = (_build(course).folder / "01_ring.html").read_text()
     assert "application/vnd.jupyter.widget" not in page  # neither the view nor the state is left
     static = page[page.index('class="static-widget"'):]
-    assert "ranks n 8" in static and f'src="data:image/png;base64,{PNG}"' in static
+    assert "ranks n 8" in static and "bytes S 1.68e+07" in static and f'src="data:image/png;base64,{PNG}"' in static
     assert "Run the notebook" in static
 
 

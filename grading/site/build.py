@@ -143,7 +143,7 @@ def _index_page(pages: list[Page], label, run_name: str) -> str:
     return ('<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
             '<meta name="viewport" content="width=device-width, initial-scale=1.0">'
             f'<title>Multi-GPU programming</title><link rel="stylesheet" href="{STATIC}/site.css"></head>'
-            f'<body class="site-page"><nav class="site-nav" aria-label="Contents">{nav_html(pages, None)}</nav>'
+            f'<body class="site-page site-index"><nav class="site-nav" aria-label="Contents">{nav_html(pages, None)}</nav>'
             f'<div class="site-content"><main>{index_body(pages, label, run_name)}</main>'
             f'<footer class="site-footer">{footer_html(run_name)}</footer></div></body></html>\n')
 

@@ -93,13 +93,23 @@ def _image(entry: dict, state: dict) -> str:
 
 def _control(state: dict) -> str:
     """'description: value' for a slider, a dropdown, a checkbox (a dropdown shows its chosen label)."""
-    value = state.get("value")
+    value = _formatted(state.get("value"), state.get("readout_format"))
     labels = state.get("_options_labels")
     if labels and isinstance(state.get("index"), int) and 0 <= state["index"] < len(labels):
         value = labels[state["index"]]
     description = state.get("description") or ""
     text = f"{description} {value}" if description else str(value)
     return f'<span class="widget-control">{html.escape(text.strip())}</span>'
+
+
+def _formatted(value, readout_format):
+    """A slider's value as its readout shows it ('.3g' -> 7e+10); the value itself without a usable format."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and isinstance(readout_format, str):
+        try:
+            return format(value, readout_format)
+        except ValueError:  # a d3 format Python does not know
+            return value
+    return value
 
 
 def _stored_output(output: dict) -> str:
