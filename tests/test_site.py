@@ -218,3 +218,26 @@ def test_course_site_command(course, capsys):
     status = course_main(["site", "--root", str(course["root"]), "--from", str(course["root"] / "nope")])
     err = capsys.readouterr().err
     assert status == 2 and err.count("\n") == 1 and "not a nightly run folder" in err
+
+
+def _executable_course(root, failing: bool):
+    """A course of one chapter papermill can run (a parameters cell), which raises when ``failing``."""
+    cells = [nbformat.v4.new_markdown_cell("# 0. Start\n\nOne rank per GPU: $n = 2$."),
+             nbformat.v4.new_code_cell('QUICK = False\nWORLD_SIZE = 2\nBACKEND = "auto"', metadata={"tags": ["parameters"]}),
+             nbformat.v4.new_code_cell("raise ValueError('broken chapter')" if failing else "print('QUICK is', QUICK)")]
+    (root / "notebooks").mkdir(parents=True, exist_ok=True)
+    nbformat.write(nbformat.v4.new_notebook(cells=cells, metadata={"kernelspec": {
+        "name": "python3", "display_name": "Python 3", "language": "python"}}), root / "notebooks" / "00_start.ipynb")
+
+
+def test_course_site_run_executes_the_chapters_then_builds_only_when_they_pass(course, tmp_path, capsys):
+    root = tmp_path / "runnable"
+    arguments = ["site", "--run", "--quick", "--root", str(root), "--out", str(root / "build" / "site"),
+                 "--mathjax", str(course["mathjax"]), "--repo-url", REPO_URL]
+    _executable_course(root, failing=True)
+    assert course_main(arguments) == 1
+    assert "did not pass; no site built" in capsys.readouterr().err and not (root / "build" / "site").exists()
+    _executable_course(root, failing=False)
+    assert course_main(arguments) == 0
+    page = (root / "build" / "site" / "00_start.html").read_text()
+    assert "QUICK is True" in page and "QUICK sizes" in page  # --quick reached the nightly run
