@@ -5,6 +5,7 @@ import base64
 import functools
 import json
 import re
+import shutil
 
 import nbformat
 import pytest
@@ -241,3 +242,16 @@ def test_course_site_run_executes_the_chapters_then_builds_only_when_they_pass(c
     assert course_main(arguments) == 0
     page = (root / "build" / "site" / "00_start.html").read_text()
     assert "QUICK is True" in page and "QUICK sizes" in page  # --quick reached the nightly run
+
+
+def test_course_nightly_site_publishes_and_links_the_site(course, tmp_path, capsys):
+    root = tmp_path / "runnable"
+    _executable_course(root, failing=False)
+    shutil.copytree(course["mathjax"], root / "build" / "mathjax" / "node_modules" / "mathjax" / "es5")
+    out = root / "build" / "nightly" / "tonight"
+    assert course_main(["nightly", "--site", "--quick", "--no-grading", "--root", str(root), "--out", str(out)]) == 0
+    assert "website:" in capsys.readouterr().err and (root / "build" / "site" / "00_start.html").is_file()
+    assert "Website: [../../site/index.html](../../site/index.html) (built from this run)" in \
+        (out / "report.md").read_text()
+    assert course_main(["site", "--quick", "--root", str(root)]) == 2
+    assert "--quick goes with --run" in capsys.readouterr().err

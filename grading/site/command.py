@@ -42,6 +42,8 @@ def main(args) -> int:
     from grading.site.runs import SiteInputError
     from grading.student_copy import LeakError
 
+    if args.quick and not args.run:
+        raise UsageError("--quick goes with --run (it sets the sizes of the run it starts)")
     root = Path(args.root).resolve()
     run_folder = Path(args.run_folder) if args.run_folder else None
     try:
