@@ -4,6 +4,7 @@
 #   make lab       start JupyterLab on the course (PORT=8888 IP=127.0.0.1 BROWSER=0 for a remote node)
 #   make student   build the students' copy in build/student
 #   make hub       start the course's JupyterHub on a shared node (as root)
+#   make site      the chapters as a website in build/site/ from the last complete nightly run (course site)
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
@@ -56,6 +57,13 @@ bench: $(STAMP)
 .PHONY: gpu-check
 gpu-check: $(STAMP)
 	@$(BIN)/python bench/gpu_checks.py
+
+# MathJax 3 from npm into build/mathjax/ (pages load it from there, never from a CDN).
+# SITE_ARGS: e.g. "--run" to execute the chapters first, "--repo-url https://github.com/OWNER/NAME".
+.PHONY: site
+site: $(STAMP)
+	test -f build/mathjax/node_modules/mathjax/es5/tex-svg.js || npm install --prefix build/mathjax --no-audit --no-fund mathjax@3
+	$(BIN)/course site $(SITE_ARGS)
 
 clean-venv:
 	rm -rf $(VENV)

@@ -6,4 +6,5 @@ nbgrader and writes a report.
 - ``execute``: one notebook through papermill; ``progress``: what the terminal shows
 - ``labs``: the nbgrader check of a lab (solution full marks, release zero)
 - ``report``: results.json, report.md, report.html, junit.xml
+- ``publish``: ``--site``: the course website rebuilt from a green run (:mod:`grading.site`), linked from the report
 """

@@ -90,6 +90,9 @@ class NightlyRun:
     labs_note: str | None = None
     previous_run: str | None = None
     interrupted: bool = False
+    #: the website (``course nightly --site``): its index relative to the run folder, and what it shows
+    site_link: str | None = None
+    site_note: str | None = None
 
     @property
     def failures(self) -> list[Result]:
@@ -240,6 +243,9 @@ def markdown_report(run: NightlyRun) -> str:
     if run.failures:  # what broke, before anything else: the details are under "Failures" below
         lines += [f"- {_md_cell(failure_line(row))}" for row in _failures_in_report_order(run)] + [""]
     lines += [f"Settings: {settings_line(run)}", ""]
+    if run.site_link or run.site_note:
+        link = f"[{run.site_link}]({run.site_link})" if run.site_link else ""
+        lines += [f"Website: {link}" + (f" ({run.site_note})" if run.site_note else ""), ""]
     lines += [f"Durations compared with earlier runs (latest: `{run.previous_run}`)." if run.previous_run
               else "No previous run to compare durations with.", ""]
     lines += ["## Environment", "", "```text", _environment_text(run.environment), "```", ""]
@@ -299,6 +305,9 @@ def html_report(run: NightlyRun) -> str:
         out.append('<ul class="failures">' + "".join(
             f'<li><a href="#{_anchor(row)}">{_h(row.name)}</a>{_h(failure_line(row)[len(row.name):])}</li>'
             for row in _failures_in_report_order(run)) + "</ul>")
+    if run.site_link or run.site_note:
+        link = f'<a href="{_h(run.site_link)}">the course website</a>' if run.site_link else ""
+        out.append(f"<p>Website: {link}" + (f" ({_h(run.site_note)})" if run.site_note else "") + "</p>")
     out += [f"<p>Settings: {_h(settings_line(run))}</p>",
             f"<p>Durations compared with earlier runs (latest: <code>{_h(run.previous_run)}</code>).</p>"
             if run.previous_run else "<p>No previous run to compare durations with.</p>",

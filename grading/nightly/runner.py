@@ -4,6 +4,7 @@
     course nightly 03_roofline lab01_tensor_parallel    # only these: a chapter, a lab folder, a path
     course nightly --full -j 2 --world-size 4 --timeout 1200 --cell-timeout 300 --out /tmp/run
     make nightly NIGHTLY_ARGS="--quick"
+    course nightly --site                   # and, when all passed, rebuild build/site/ (course site)
 
 Each notebook runs in its own kernel (papermill, as a subprocess: :mod:`grading.nightly.execute`)
 with ``QUICK``, ``WORLD_SIZE`` and ``BACKEND`` injected after its ``parameters`` cell;
@@ -283,6 +284,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--no-grading", dest="grading", action="store_false",
                         help="skip the nbgrader check of the labs")
     parser.add_argument("--list", action="store_true", help="print the notebooks and labs it would run, then exit")
+    parser.add_argument("--site", action="store_true",
+                        help="when everything passed, rebuild the course website build/site/ from this run "
+                             "(course site); the report links to it")
 
 
 def main(args) -> int:
@@ -292,12 +296,16 @@ def main(args) -> int:
     try:
         if args.list:
             return _list(Path(args.root))
-        run, _out_dir = run_nightly(args.names, root=args.root, out_dir=args.out, quick=args.quick,
+        run, out_dir = run_nightly(args.names, root=args.root, out_dir=args.out, quick=args.quick,
                                     world_size=args.world_size, backend=args.backend, kernel=args.kernel,
                                     jobs=args.jobs, timeout_s=args.timeout, cell_timeout_s=args.cell_timeout,
                                     grading=args.grading)
     except NightlyInputError as exc:
         raise UsageError(str(exc)) from None
+    if args.site:
+        from grading.nightly.publish import publish_site
+
+        print(publish_site(run, out_dir, Path(args.root)), file=sys.stderr)
     if run.interrupted:
         return EXIT_INTERRUPTED
     return 1 if run.failures else 0
