@@ -1,5 +1,9 @@
-"""Shared fixtures: every test that starts ranks must leave no process behind."""
+"""Shared fixtures: every test that starts ranks must leave no process behind; the chapters'
+QUICK run, executed once for every test that reads it (the chapters' tests, the website)."""
 from __future__ import annotations
+
+import io
+from pathlib import Path
 
 import pytest
 
@@ -15,3 +19,18 @@ def no_leftover_processes():
     labutils.shutdown()
     left = wait_until_gone(descendants(), timeout_s=5.0)
     assert not left, f"processes left behind:\n{describe(left)}"
+
+
+@pytest.fixture(scope="session")
+def quick_chapter_run(tmp_path_factory):
+    """(run, folder) of one QUICK nightly run of the start page and the ten chapters (2 ranks,
+    two notebooks at a time, no lab grading), as `course nightly` runs them."""
+    from grading.nightly.runner import run_nightly
+
+    root = Path(__file__).resolve().parents[1]
+    chapters = sorted((root / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+    return run_nightly(
+        [p.stem for p in chapters], root=root, out_dir=tmp_path_factory.mktemp("nightly"), quick=True,
+        world_size=2, backend="auto", jobs=2, timeout_s=600, cell_timeout_s=300, grading=False,
+        progress_stream=io.StringIO(),
+    )

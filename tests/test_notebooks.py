@@ -6,7 +6,6 @@ test of its own row in the report.
 """
 from __future__ import annotations
 
-import io
 import json
 from pathlib import Path
 
@@ -34,14 +33,8 @@ def test_chapter_has_a_parameters_cell(path):
 
 
 @pytest.fixture(scope="module")
-def nightly_rows(tmp_path_factory):
-    from grading.nightly.runner import run_nightly
-
-    run, _folder = run_nightly(
-        [p.stem for p in CHAPTERS], root=ROOT, out_dir=tmp_path_factory.mktemp("nightly"), quick=True,
-        world_size=2, backend="auto", jobs=2, timeout_s=600, cell_timeout_s=300, grading=False,
-        progress_stream=io.StringIO(),
-    )
+def nightly_rows(quick_chapter_run):
+    run, _folder = quick_chapter_run
     return {row.name: row for row in run.results}
 
 

@@ -1,7 +1,7 @@
 """The course website in headless Chromium: every chapter shows its figures and typeset formulas, no page
 shows a solution or a hidden test.
 
-The site is built the way the nightly publishes it: a QUICK ``course nightly`` of the chapters
+The site is built the way the nightly publishes it: the session's QUICK nightly run of the chapters
 (no lab grading) into a temporary folder, then ``grading.site.build_site`` from that run. Pages
 are opened from file:// (the site needs no server). MathJax 3 comes from the npm package that
 ``make site`` installs under build/mathjax/ (installed here the same way when missing).
@@ -39,12 +39,9 @@ def _mathjax_es5() -> Path:
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory):
-    """A site built from a QUICK nightly run of the chapters."""
-    from grading.nightly.runner import run_nightly
-
-    run_dir = tmp_path_factory.mktemp("nightly")
-    run, run_dir = run_nightly([str(REPO / "notebooks")], root=REPO, out_dir=run_dir, quick=True, grading=False)
+def site(tmp_path_factory, quick_chapter_run):
+    """A site built from the session's QUICK nightly run of the chapters."""
+    run, run_dir = quick_chapter_run
     assert not run.failures, f"the nightly run failed: {[row.name for row in run.failures]} (see {run_dir})"
     return build_site(tmp_path_factory.mktemp("site") / "site", run_dir, course_root=REPO, mathjax_dir=_mathjax_es5(),
                       repo_url="https://github.com/example/multigpu-course")
