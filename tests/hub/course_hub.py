@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
+import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -86,8 +87,9 @@ class Hub:
         return result.stdout + result.stderr
 
     def course(self, *args: str) -> str:
-        """An instructor's `course` command run with the shared environment; its output."""
-        result = subprocess.run([str(Path(self.python).parent / "course"), *args], cwd=self.workdir,
-                                capture_output=True, text=True, timeout=900, env=self.environment())
+        """An instructor's `course` command, run from the course repository with its own
+        environment (where `solutions/` and the reference kernels are); its output."""
+        result = subprocess.run([sys.executable, "-m", "grading", *args], cwd=REPO, capture_output=True, text=True,
+                                timeout=900)
         assert result.returncode == 0, f"course {' '.join(args)} failed:\n{result.stdout}\n{result.stderr}"
         return result.stdout + result.stderr
