@@ -7,6 +7,7 @@ without a capacity are left out of the menus.
 from __future__ import annotations
 
 import html
+import math
 
 import ipywidgets as widgets
 
@@ -49,6 +50,18 @@ def gpu_memory_options() -> list[tuple[str, str]]:
             for key, device in DEVICES.items() if device.memory_bytes]
 
 
+def _same_float(old, new) -> bool:
+    """True for two floats within rounding of each other (a relative 1e-9).
+
+    When a float slider first renders, the browser snaps its value to ``min + k * step`` in
+    JavaScript and sends the result back: 0.4 with ``step=0.05`` returns as
+    0.39999999999999997; integer sliders send nothing. Redrawing for that echo would run the
+    drawing a second time, after the cell that showed the widget has finished.
+    """
+    floats = all(isinstance(value, float) for value in (old, new))
+    return floats and math.isfinite(old) and math.isfinite(new) and math.isclose(old, new, rel_tol=1e-9)
+
+
 class Dashboard(widgets.VBox):
     """Controls on top, then the picture (if any), then the readout; redrawn on every change.
 
@@ -68,7 +81,9 @@ class Dashboard(widgets.VBox):
             control.observe(self._on_change, names="value")
         self.update()
 
-    def _on_change(self, _change) -> None:
+    def _on_change(self, change) -> None:
+        if _same_float(change["old"], change["new"]):
+            return   # a float slider's echo after its first render (0.4 -> 0.39999999999999997): same draw
         self.update()
 
     def update(self) -> None:
