@@ -29,7 +29,8 @@ SOURCED = re.compile(r"arXiv|datasheet|data sheet|the model predicts|the model s
                      r"H100|A100|B200|V100|NVLink|InfiniBand|\bNDR\b|\bHDR\b|PCIe|Gen[3-6]\b", re.I)
 #: (chapter file name, words of the sentence) -> why that claim needs no measurement.
 ALLOWED = {
-    ("01_clusters_and_metrics.ipynb", "an efficiency above 100% means"): "a bound the reader compares with, not a result",
+    ("01_clusters_and_metrics.ipynb", "an efficiency above 100% means"):
+        "a bound the reader compares with, not a result",
     ("06_data_parallelism.ipynb", "Tables like the following circulate in tutorials"):
         "a quoted table that the chapter goes on to check with the model",
 }

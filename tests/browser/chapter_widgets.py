@@ -69,8 +69,9 @@ def widget_notebook_cells(notebook: Path) -> tuple[list[str], list[int]]:
     """(sources of the cells to run, indices among them of the widget cells) for one chapter."""
     cells = code_cells(notebook)
     widget_cells = [index for index, cell in enumerate(cells) if cell.shows_widget]
+    set_up = ("import", "%matplotlib", "from")
     keep = set(widget_cells) | {index for index, cell in enumerate(cells)
-                                if cell.is_parameters or cell.source.lstrip().startswith(("import", "%matplotlib", "from"))}
+                                if cell.is_parameters or cell.source.lstrip().startswith(set_up)}
     pending = sorted(keep)
     while pending:   # each name a kept cell reads comes from the last cell before it that binds the name
         reader = pending.pop()

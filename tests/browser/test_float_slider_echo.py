@@ -20,7 +20,8 @@ CELLS = [
     "from labutils.widgets import figure_explorer\nCALLS = {'interact': [], 'explorer': []}",
     # the pattern that failed: interact, float sliders, a log-log plot (here without pyplot)
     "@widgets.interact(bw=widgets.FloatSlider(value=0.4, min=0.05, max=0.8, step=0.05))\n"
-    "def with_interact(bw):\n    CALLS['interact'].append(bw)\n    print(f'interact call {len(CALLS[\"interact\"])}: bw = {bw!r}')",
+    "def with_interact(bw):\n    CALLS['interact'].append(bw)\n"
+    "    print(f'interact call {len(CALLS[\"interact\"])}: bw = {bw!r}')",
     "def loglog(alpha_us, bw):\n    CALLS['explorer'].append((alpha_us, bw))\n"
     "    fig = Figure(figsize=(5, 3), layout='constrained')\n    ax = fig.add_subplot()\n"
     "    sizes = np.logspace(0, 9, 50)\n    ax.loglog(sizes, alpha_us * 1e-6 + sizes / (bw * 1e9))\n"
