@@ -3,7 +3,7 @@
 For each chapter with widgets, the widget cells and the chapter cells they need
 (``chapter_widgets.widget_notebook_cells``; QUICK parameters, the chapter's defaults) run in
 a notebook next to the chapter's own. Then, for every widget: its first draw, and its draw
-after each slider moves one step, each dropdown takes its next option and each checkbox
+after each slider moves one step inwards, each dropdown takes its next option and each checkbox
 flips (then moves back, so each control starts from the chapter's values), must show no
 traceback, no red error line, no empty image and not nothing at all.
 The seconds from the key press (or click) to the new picture on the page are printed and
@@ -63,17 +63,15 @@ def _assert_drawn(draw: dict, what: str) -> None:
 
 
 def _move(lab: NotebookUI, control, kind: str):
-    """One step of a slider (back from its end), the next option of a dropdown, a checkbox
-    flipped; returns the function that moves it back (None for a slider that cannot move)."""
+    """One step of a slider (towards the middle of its range), the next option of a dropdown, a checkbox
+    flipped; returns the function that moves it back (None for a disabled slider)."""
     if kind == "slider":
-        before, keys = control.get_attribute("aria-valuenow"), ("ArrowRight", "ArrowLeft")
+        if control.evaluate("handle => handle.closest('[disabled]') !== null"):
+            return None   # disabled (e.g. v for a schedule without chunks)
+        low, now, high = (float(control.get_attribute(f"aria-value{end}")) for end in ("min", "now", "max"))
+        keys = ("ArrowLeft", "ArrowRight") if now > (low + high) / 2 else ("ArrowRight", "ArrowLeft")  # inwards
         control.focus()
         lab.page.keyboard.press(keys[0])
-        if control.get_attribute("aria-valuenow") == before:   # at the right end: step left instead
-            keys = keys[::-1]
-            lab.page.keyboard.press(keys[0])
-        if control.get_attribute("aria-valuenow") == before:   # disabled (e.g. v for a schedule without chunks)
-            return None
         return lambda: (control.focus(), lab.page.keyboard.press(keys[1]))
     if kind == "dropdown":
         options = control.locator("option").all_inner_texts()
