@@ -51,7 +51,8 @@ class Device:
     ``memory_bytes``: memory capacity in bytes where the source gives it, else None; see
     :func:`datasheet_memory` for how a datasheet's "80GB" becomes bytes.
     ``nvlink_bidirectional``: NVLink bandwidth per GPU in bytes/s, both directions added
-    (half of it per direction), or None. ``source``: where the numbers come from.
+    (half of it per direction), or None. ``max_power_w``: the datasheet's maximum power
+    (TDP) in watts, or None. ``source``: where the numbers come from.
     """
 
     name: str
@@ -61,6 +62,7 @@ class Device:
     notes: str = ""
     memory_bytes: float | None = None
     nvlink_bidirectional: float | None = None
+    max_power_w: float | None = None
 
     def peak(self, dtype) -> float:
         """Dense peak FLOP/s for ``dtype``; ValueError naming the dtypes this device has."""
@@ -88,10 +90,11 @@ def datasheet_memory(marketed_gb: float) -> float:
 
 def _datasheet(document: str) -> str:
     """The ``source`` of a datasheet device: the document, and what was read from it."""
-    return f"{document}: dense tensor-core peak, HBM bandwidth and capacity, NVLink per GPU"
+    return f"{document}: dense tensor-core peak, HBM bandwidth and capacity, NVLink per GPU, max power (TDP)"
 
 
-#: The GPUs the course quotes. Dense BF16/FP16 tensor peaks, HBM bandwidth, NVLink per GPU.
+#: The GPUs the course quotes. Dense BF16/FP16 tensor peaks (the H100 also FP64, FP32, TF32 and FP8),
+#: HBM bandwidth, NVLink per GPU, maximum power (SXM / HGX TDP, W).
 DEVICES: dict[str, Device] = {
     "v100": Device(
         name="V100 SXM2",
@@ -101,6 +104,7 @@ DEVICES: dict[str, Device] = {
         notes="Volta has FP16 tensor cores and no BF16; 32 GB variant (a 16 GB one exists)",
         memory_bytes=datasheet_memory(32),
         nvlink_bidirectional=300e9,
+        max_power_w=300,
     ),
     "a100": Device(
         name="A100 80GB SXM",
@@ -110,15 +114,21 @@ DEVICES: dict[str, Device] = {
         notes="624 TFLOP/s is the 2:4-sparse figure",
         memory_bytes=datasheet_memory(80),
         nvlink_bidirectional=600e9,
+        max_power_w=400,
     ),
     "h100": Device(
         name="H100 SXM",
-        peak_flops={"bf16": 989e12, "fp16": 989e12},
+        # the datasheet prints TF32, BF16/FP16 and FP8 with sparsity (989, 1,979, 3,958 TFLOP/s):
+        # dense is half; FP64 (tensor cores) and FP32 (CUDA cores) are dense, 67 TFLOP/s each
+        peak_flops={"fp64": 67e12, "fp32": 67e12, "tf32": 989e12 / 2, "bf16": 989e12, "fp16": 989e12,
+                    "fp8": 3958e12 / 2},
         mem_bandwidth=3.35e12,
         source=_datasheet("NVIDIA H100 Tensor Core GPU datasheet, SXM column"),
-        notes="1,979 TFLOP/s is the 2:4-sparse figure",
+        notes="1,979 TFLOP/s is the 2:4-sparse BF16 figure; fp64 is the tensor-core figure, fp32 the "
+        "CUDA cores' (no tensor cores)",
         memory_bytes=datasheet_memory(80),
         nvlink_bidirectional=900e9,
+        max_power_w=700,
     ),
     "h200": Device(
         name="H200 SXM",
@@ -128,6 +138,7 @@ DEVICES: dict[str, Device] = {
         notes="same compute as H100 SXM, more and faster HBM3e; 1,979 TFLOP/s is sparse",
         memory_bytes=datasheet_memory(141),
         nvlink_bidirectional=900e9,
+        max_power_w=700,
     ),
     "b200": Device(
         name="B200 (HGX)",
@@ -138,6 +149,7 @@ DEVICES: dict[str, Device] = {
         "user guide (1,440 GB for 8 GPUs)",
         memory_bytes=datasheet_memory(180),
         nvlink_bidirectional=1.8e12,
+        max_power_w=1000,
     ),
 }
 

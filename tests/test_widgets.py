@@ -270,6 +270,17 @@ def test_figure_explorer_draws_what_the_function_returns():
     assert calls[-1] == (4, 10.0) and png(explorer) != first and "scale = 10" in explorer.readout.value
 
 
+def test_a_float_slider_echo_does_not_redraw():
+    """The browser sends a float slider's value back snapped to its step (0.4 -> 0.39999999999999997)."""
+    calls = []
+    explorer = widgets.figure_explorer(lambda mfu: calls.append(mfu) or f"MFU {mfu}",
+                                       mfu=ipywidgets.FloatSlider(value=0.4, min=0.05, max=0.8, step=0.05))
+    explorer.controls["mfu"].value = 0.39999999999999997   # what the browser sends back for 0.4
+    assert explorer.controls["mfu"].value != 0.4 and calls == [0.4]
+    explorer.controls["mfu"].value = 0.45
+    assert calls == [0.4, 0.45]
+
+
 def test_figure_explorer_text_only_and_errors():
     def describe(x):
         if x > 5:
