@@ -44,7 +44,9 @@ def gpus_for_weights(answer) -> None:
     """Exercise: H200 SXM GPUs needed to hold a 405e9-parameter model's BF16 weights x 1.2."""
     from labutils.roofline import DEVICES
 
-    params, headroom, memory = 405e9, 1.2, DEVICES["h200"].memory_bytes
+    # The datasheet's "141 GB" (DEVICES holds it as 141 GiB, what the driver reports), read in
+    # GB = 1e9 bytes as a student reading the datasheet does; either way 7 GPUs are needed.
+    params, headroom, memory = 405e9, 1.2, DEVICES["h200"].memory_bytes / 2**30 * 1e9
     needed = 2 * params * headroom
     expected = math.ceil(needed / memory)
     print(number_problem(answer) or first_match(answer, [

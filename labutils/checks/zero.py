@@ -63,7 +63,7 @@ def stage3_gpus_verdict(answer) -> str:
     if whole_number_problem(answer):
         return "give a whole number of GPUs"
     answer = int(answer)
-    capacity = roofline.get_device("h100").memory_bytes
+    capacity = roofline.get_device("h100").memory_bytes / 2**30 * 1e9  # the exercise's "80 GB of an H100"
     expected, stage_2 = _fewest_gpus(3, capacity), _fewest_gpus(2, capacity)
     if answer == expected:
         return f"correct: 16 x 30e9 / d <= {capacity / 1e9:.0f}e9 needs d >= {expected}"
