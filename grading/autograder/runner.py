@@ -33,6 +33,7 @@ from grading.autograder.execute import KERNEL_DIED, NOT_RUN
 from grading.autograder.judge_service import JudgeService, JudgeServiceFailed
 from grading.autograder.nbgrader_cli import check, nbgrader_environment, open_course
 from grading.autograder.sandbox import SANDBOX_ENV, gpu_devices, submission_spec
+from grading.autograder.suspicious import suspicious_constructs
 from grading.autograder.tampering import find_tampering
 from grading.autograder.worker import AutogradeWorker, WorkerTimeout
 from grading.judge.limits import default_memory_limit_gib
@@ -89,6 +90,7 @@ class SubmissionOutcome:
     failure: str = ""
     verdicts: list = field(default_factory=list)
     tampering: list = field(default_factory=list)
+    suspicious: list = field(default_factory=list)
     errors: list = field(default_factory=list)
     parts: list = field(default_factory=list)
 
@@ -372,6 +374,7 @@ def grade_class(options: GradeOptions, progress=None) -> ClassReport:
                 release = nbformat.read(os.path.join(release_dir, name), as_version=4)
                 handed_in = nbformat.read(submitted, as_version=4)
                 outcome.tampering += find_tampering(release, handed_in)
+                outcome.suspicious += suspicious_constructs(release, handed_in)
         outcome.errors = _notable_errors(options, student, notebooks)
     _write_verdict_files(options, outcomes)
     check(open_course(options.course_dir).generate_feedback(options.lab, force=True), "generate_feedback")
