@@ -162,3 +162,23 @@ def test_course_grade_says_how_to_install_bwrap_when_it_is_missing(tmp_path):
                            "--backend", "gloo"], capture_output=True, text=True, cwd=REPO, env=env, timeout=120)
     assert done.returncode != 0
     assert "apt-get install bubblewrap" in done.stderr
+
+
+def test_the_judges_ranks_see_only_labutils_and_grading_and_die_with_their_template(tmp_path):
+    from grading.autograder.sandbox import judge_rank_wrapper
+
+    work = tmp_path / "ranks"
+    work.mkdir()
+    (tmp_path / "gradebook.db").write_text("secret")
+    wrapper = judge_rank_wrapper(find_bwrap(), REPO, str(work), 2.0, on_gpu=False)
+    code = f"""
+import os, labutils, torch.distributed as dist
+def look():
+    return (sorted(n for n in os.listdir({REPO!r}) if not n.startswith('.')),
+            os.path.exists({str(tmp_path / 'gradebook.db')!r}), dist.get_world_size())
+print(labutils.launch(look, 2, backend='gloo', timeout=60)[1])
+"""
+    env = dict(os.environ, LABUTILS_RANK_WRAPPER=__import__("json").dumps(wrapper), TMPDIR=str(work))
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180, env=env, cwd=REPO)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "(['grading', 'labutils'], False, 2)"

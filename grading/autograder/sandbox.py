@@ -142,14 +142,23 @@ def gpu_devices() -> list:
     return sorted(glob.glob("/dev/nvidia*"))
 
 
+def _namespace_args(readonly: list) -> list:
+    """bwrap's options shared by every sandbox: namespaces, the system, Python and ``readonly``."""
+    args = ["--die-with-parent", "--new-session", "--unshare-pid", "--unshare-net", "--unshare-ipc",
+            "--unshare-uts", *_system_binds()]
+    for path in [*python_paths(), *readonly]:
+        args += ["--ro-bind", path, path]
+    return args + ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", "/home", "--dir", HOME]
+
+
+def _address_space_cap(memory_limit_bytes: int) -> list:
+    return ["prlimit", f"--as={memory_limit_bytes}", "--"] if memory_limit_bytes else []
+
+
 def sandbox_command(bwrap: str, spec: SandboxSpec, argv: list, env: dict) -> list:
     """The command line that runs ``argv`` in ``spec``'s sandbox with exactly ``env`` as environment."""
-    args = [bwrap, "--die-with-parent", "--new-session", "--unshare-pid", "--unshare-net", "--unshare-ipc",
-            "--unshare-uts", "--clearenv", *_system_binds()]
-    for path in [*python_paths(), *spec.readonly]:
-        args += ["--ro-bind", path, path]
-    args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", "/home", "--dir", HOME,
-             "--bind", spec.runtime_dir, spec.runtime_dir, "--bind", spec.scratch_dir, spec.workdir]
+    args = [bwrap, "--clearenv", *_namespace_args(list(spec.readonly)),
+            "--bind", spec.runtime_dir, spec.runtime_dir, "--bind", spec.scratch_dir, spec.workdir]
     for device in spec.devices:
         args += ["--dev-bind", device, device]
     if spec.judge_socket:
@@ -157,9 +166,21 @@ def sandbox_command(bwrap: str, spec: SandboxSpec, argv: list, env: dict) -> lis
     for name, value in env.items():
         args += ["--setenv", name, value]
     args += ["--remount-ro", "/", "--chdir", spec.workdir, "--"]
-    if spec.memory_limit_bytes:
-        args += ["prlimit", f"--as={spec.memory_limit_bytes}", "--"]
-    return args + list(argv)
+    return args + _address_space_cap(spec.memory_limit_bytes) + list(argv)
+
+
+def judge_rank_wrapper(bwrap: str, course_root: str, work_dir: str, memory_limit_gib: float, on_gpu: bool) -> list:
+    """The words before the judge's rank template (``labutils``' ``LABUTILS_RANK_WRAPPER``): its ranks
+    run the submission's functions in a sandbox that shows the course's ``labutils`` and ``grading``
+    read-only (the rank-side code lives there), ``work_dir`` read-write (the judge's TMPDIR: the
+    ranks' sockets), nothing else of the course (no gradebook, no submissions), loopback only, its
+    own PID namespace (restarted for every submission), RLIMIT_AS as for kernels."""
+    readonly = [os.path.join(course_root, name) for name in ("labutils", "grading")]
+    args = [bwrap, *_namespace_args(readonly), "--bind", work_dir, work_dir]
+    for device in gpu_devices() if on_gpu else ():
+        args += ["--dev-bind", device, device]
+    cap = 0 if on_gpu or memory_limit_gib <= 0 else max(int(memory_limit_gib * 2**30), MIN_ADDRESS_SPACE_BYTES)
+    return args + ["--remount-ro", "/", "--chdir", work_dir, "--"] + _address_space_cap(cap)
 
 
 #: Variables a sandboxed kernel keeps from the worker's environment (nothing else: no LD_PRELOAD).
