@@ -240,3 +240,12 @@ def test_plain_nbgrader_grades_the_solution_with_a_judge_its_kernel_starts(tmp_p
     lost = {c.metadata.nbgrader["grade_id"]: c.outputs for c in autograded.cells
             if scores.get(c.metadata.get("nbgrader", {}).get("grade_id"), 0) < POINTS.get(c.metadata.get("nbgrader", {}).get("grade_id"), 0)}
     assert scores == POINTS, lost
+
+
+def test_an_attack_on_the_grader_changes_nothing_and_is_reported(graded):
+    attacker = graded["submissions"]["attacks_the_grader"]
+    assert attacker["points"] == sum(POINTS.values())
+    assert any(item.startswith("look at cell f") and "setsid" in item for item in attacker["attention"])
+    assert graded["submissions"]["solution"]["points"] == sum(POINTS.values())
+    assert "attacked" not in open(os.path.join(graded["course"], "grades.csv")).read()
+    assert _gradebook_scores(graded["course"])["solution"] == POINTS

@@ -62,3 +62,13 @@ def test_each_kind_of_construct_is_recognised(source, what):
 
 def test_plain_code_is_not_flagged():
     assert scan_source("out = torch.matmul(x, w.t())\ndist.all_reduce(out, group=group)\n") == []
+
+
+def test_a_helper_file_beside_the_notebook_is_named_in_the_report(tmp_path):
+    from grading.autograder.runner import helper_files
+
+    for name in ("lab01_tensor_parallel.ipynb", "timestamp.txt", "my_layers.py"):
+        (tmp_path / name).write_text("")
+    lines = helper_files(str(tmp_path), ["lab01_tensor_parallel.ipynb"])
+    assert len(lines) == 1 and lines[0].startswith("handed in my_layers.py beside the notebook")
+    assert helper_files(str(tmp_path / "missing"), []) == []

@@ -323,6 +323,21 @@ def _notable_errors(options: GradeOptions, student: str, notebooks: list) -> lis
     return found
 
 
+#: Files of a submission folder that nbgrader itself expects beside the notebooks.
+EXPECTED_FILES = ("timestamp.txt",)
+
+
+def helper_files(folder: str, notebooks: list) -> list:
+    """A report line per file handed in beside the lab's notebooks (a helper module, data): the
+    notebook may import it in its kernel, but the judge's ranks run the notebook's own code only."""
+    if not os.path.isdir(folder):
+        return []
+    extra = sorted(name for name in os.listdir(folder) if name not in notebooks and name not in EXPECTED_FILES
+                   and not name.startswith("."))
+    return [f"handed in {name} beside the notebook: the hidden tests run only the notebook's own code, so "
+            f"anything the graded parts import from it fails there; put that code in the notebook" for name in extra]
+
+
 def _write_verdict_files(options: GradeOptions, outcomes: dict) -> None:
     import json
 
@@ -376,6 +391,7 @@ def grade_class(options: GradeOptions, progress=None) -> ClassReport:
                 outcome.tampering += find_tampering(release, handed_in)
                 outcome.suspicious += suspicious_constructs(release, handed_in)
         outcome.errors = _notable_errors(options, student, notebooks)
+        outcome.errors += helper_files(os.path.join(options.course_dir, "submitted", student, options.lab), notebooks)
     _write_verdict_files(options, outcomes)
     check(open_course(options.course_dir).generate_feedback(options.lab, force=True), "generate_feedback")
     grades_csv = export_grades(options.course_dir)
