@@ -145,10 +145,11 @@ def gpu_devices() -> list:
 def _namespace_args(readonly: list) -> list:
     """bwrap's options shared by every sandbox: namespaces, the system, Python and ``readonly``."""
     args = ["--die-with-parent", "--new-session", "--unshare-pid", "--unshare-net", "--unshare-ipc",
-            "--unshare-uts", *_system_binds()]
-    for path in [*python_paths(), *readonly]:
+            "--unshare-uts", *_system_binds(), "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
+            "--tmpfs", "/home", "--dir", HOME]
+    for path in [*python_paths(), *readonly]:  # after the tmpfs: a course or venv under /home stays visible
         args += ["--ro-bind", path, path]
-    return args + ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", "/home", "--dir", HOME]
+    return args
 
 
 def _address_space_cap(memory_limit_bytes: int) -> list:
