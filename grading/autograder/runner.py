@@ -31,6 +31,7 @@ import nbformat
 from grading.autograder.course import copy_submission, write_course_config
 from grading.autograder.execute import KERNEL_DIED, NOT_RUN
 from grading.autograder.judge_service import JudgeService, JudgeServiceFailed
+from grading.autograder.metadata import repair_cell_metadata
 from grading.autograder.nbgrader_cli import check, nbgrader_environment, open_course
 from grading.autograder.sandbox import SANDBOX_ENV, gpu_devices, submission_spec
 from grading.autograder.suspicious import suspicious_constructs
@@ -174,6 +175,24 @@ def prepare_course(options: GradeOptions, submissions: dict) -> str:
     for student, source in submissions.items():
         copy_submission(course, student, options.lab, source)
     return os.path.join(course, "release", options.lab)
+
+
+def repair_submissions(options: GradeOptions, students: list, notebooks: list, release_dir: str) -> dict:
+    """Restore the release's nbgrader metadata in every copied submission (``autograder.metadata``),
+    so a metadata edit does not fail the whole submission; {student: report lines}."""
+    repairs = {}
+    for name in notebooks:
+        release = nbformat.read(os.path.join(release_dir, name), as_version=4)
+        for student in students:
+            path = os.path.join(options.course_dir, "submitted", student, options.lab, name)
+            if not os.path.exists(path):
+                continue
+            submitted = nbformat.read(path, as_version=4)
+            lines = repair_cell_metadata(release, submitted)
+            if lines:
+                nbformat.write(submitted, path)
+                repairs.setdefault(student, []).extend(lines)
+    return repairs
 
 
 # ----- autograding, in parallel ------------------------------------------------------------------
@@ -380,6 +399,7 @@ def grade_class(options: GradeOptions, progress=None) -> ClassReport:
     cells = judged_cells(options.lab)
     options = dataclasses.replace(options, course_dir=os.path.abspath(options.course_dir))
     release_dir = prepare_course(options, submissions)
+    repairs = repair_submissions(options, sorted(submissions), notebooks, release_dir)
     outcomes = _run_workers(options, sorted(submissions), progress)
     max_points = apply_verdicts(options, outcomes, cells)
     for student, outcome in outcomes.items():
@@ -390,7 +410,7 @@ def grade_class(options: GradeOptions, progress=None) -> ClassReport:
                 handed_in = nbformat.read(submitted, as_version=4)
                 outcome.tampering += find_tampering(release, handed_in)
                 outcome.suspicious += suspicious_constructs(release, handed_in)
-        outcome.errors = _notable_errors(options, student, notebooks)
+        outcome.errors = repairs.get(student, []) + _notable_errors(options, student, notebooks)
         outcome.errors += helper_files(os.path.join(options.course_dir, "submitted", student, options.lab), notebooks)
     _write_verdict_files(options, outcomes)
     check(open_course(options.course_dir).generate_feedback(options.lab, force=True), "generate_feedback")
