@@ -19,6 +19,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q torch==2.13.0
 	$(BIN)/python -m pip install -q -e '.[course,test]'
+	@command -v bwrap >/dev/null || { if command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ]; then apt-get install -y -q bubblewrap; else echo "course grade needs bubblewrap: sudo apt-get install bubblewrap"; fi; }
 	touch $@
 
 test: $(STAMP)

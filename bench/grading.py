@@ -17,8 +17,9 @@ Wall clock on this machine, gloo on CPU:
   warm judge per worker, and it also releases the lab into the gradebook, writes feedback,
   grades.csv and the report (counted in its time; plain autograde does none of that).
 
-Prints the seconds of each, per submission, their ratio, and whether every student's total
-agrees between the two gradebooks.
+Prints the seconds of each, per submission, their ratio, whether every student's total
+agrees between the two gradebooks, and the sandbox's overhead per submission: a kernel started,
+run on one cell and stopped in course grade's bubblewrap sandbox against the same without it.
 """
 from __future__ import annotations
 
@@ -108,6 +109,34 @@ def totals(course: str) -> dict:
         return {s.student.id: s.score for s in gradebook.assignment_submissions(LAB)}
 
 
+def _kernel_round_trip_s(folder: str, manager_class) -> float:
+    """Seconds to start a kernel with ``manager_class``, run ``import torch`` in ``folder`` and stop it."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("import torch")]
+    start = time.perf_counter()
+    NotebookClient(nb, timeout=120, kernel_name="python3", kernel_manager_class=manager_class,
+                   resources={"metadata": {"path": folder}}).execute()
+    return time.perf_counter() - start
+
+
+def sandbox_overhead_s(work: str, repeats: int = 3) -> tuple:
+    """(seconds with the sandbox, seconds without) of one kernel's start, cell and stop, best of ``repeats``."""
+    from jupyter_client.manager import AsyncKernelManager
+
+    from grading.autograder.sandbox import SANDBOX_ENV, SandboxedKernelManager, submission_spec
+
+    folder = os.path.join(work, "overhead")
+    os.makedirs(folder)
+    spec = submission_spec(os.path.join(work, "sandboxes"), "bench", REPO, "", 2.0, on_gpu=False)
+    os.environ[SANDBOX_ENV] = spec.to_env()
+    inside = min(_kernel_round_trip_s(folder, SandboxedKernelManager) for _ in range(repeats))
+    outside = min(_kernel_round_trip_s(folder, AsyncKernelManager) for _ in range(repeats))
+    return inside, outside
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=30, help="submissions (default 30)")
@@ -132,6 +161,9 @@ def main(argv=None) -> int:
         print(f"course grade ({workers} workers):    {ours_s:7.1f} s  ({ours_s / args.n:5.1f} s per submission,"
               " feedback and grades.csv included)")
         print(f"ratio plain / course grade: {plain_s / ours_s:.2f}x")
+        inside, outside = sandbox_overhead_s(work)
+        print(f"sandbox overhead: {inside - outside:+.2f} s per submission (a kernel's start, `import torch` "
+              f"and stop: {inside:.2f} s in bwrap, {outside:.2f} s without; best of 3)")
         plain_totals, ours_totals = totals(os.path.join(work, "plain")), totals(os.path.join(work, "ours"))
         disagree = sorted(s for s in students if plain_totals.get(s) != ours_totals.get(s))
         print("totals agree for every student" if not disagree else

@@ -7,7 +7,9 @@ SUBMISSIONS holds one folder per student with the lab's notebook in it (or in a 
 subfolder: nbgrader's own submitted/ layout). The grading runs in an nbgrader course folder
 (default: build/grading in the course root) and leaves there the gradebook, grades.csv,
 feedback/ (hidden tests removed) and reports/LAB.md, which lists what needs a human look:
-forged passes, edited or deleted protected cells, timeouts, dead kernels.
+forged passes, edited or deleted protected cells, timeouts, dead kernels. Every submission's
+kernel runs in a bubblewrap sandbox (``grading.autograder.sandbox``): without ``bwrap`` the
+command stops and says how to install it.
 
 The machinery is ``grading.autograder``; this module checks the options, runs it and draws
 the progress bar. ``--grading-dir`` names another course's grading/ folder: its judges,
@@ -91,6 +93,12 @@ def _check_options(args) -> str:
         choose_backend(args.backend, JUDGE_WORLD_SIZE)
     except BackendUnavailableError as exc:
         raise UsageError(f"the judge runs {JUDGE_WORLD_SIZE} ranks: {exc}") from None
+    from grading.autograder.sandbox import SandboxUnavailable, find_bwrap, probe
+
+    try:
+        probe(find_bwrap())
+    except SandboxUnavailable as exc:
+        raise UsageError(str(exc)) from None
     try:
         return course_root_of(args.grading_dir)
     except ValueError as exc:

@@ -22,6 +22,25 @@ import time
 from labutils import _wire
 from labutils.messages import RankExited, Spawn, Spawned, TemplateHello
 
+#: Environment variable: a JSON list of words put before the rank template's command line (a
+#: sandbox such as ``bwrap ... --``), so every rank of this process runs inside it. Unset: none.
+RANK_WRAPPER_ENV = "LABUTILS_RANK_WRAPPER"
+
+
+def rank_command_wrapper() -> list:
+    """The words of ``$LABUTILS_RANK_WRAPPER`` (a JSON list of strings); [] when unset.
+    ValueError when it is not a JSON list of strings."""
+    import json
+
+    text = os.environ.get(RANK_WRAPPER_ENV)
+    if not text:
+        return []
+    words = json.loads(text)
+    if not isinstance(words, list) or not all(isinstance(w, str) for w in words):
+        raise ValueError(f"${RANK_WRAPPER_ENV} must be a JSON list of strings, got {text[:80]!r}")
+    return words
+
+
 #: Seconds the template may take to import torch before we give up.
 TEMPLATE_START_TIMEOUT_S = 120.0
 
@@ -59,7 +78,7 @@ class TemplateStarter(_ExitBook):
         ours, theirs = socket.socketpair()
         self._sock = ours
         self._process = subprocess.Popen(
-            [sys.executable, "-m", "labutils._template", str(theirs.fileno())],
+            [*rank_command_wrapper(), sys.executable, "-m", "labutils._template", str(theirs.fileno())],
             pass_fds=[theirs.fileno()],
             env=child_environment(),
             stdin=subprocess.DEVNULL,

@@ -56,6 +56,16 @@ def _processes_inside(folder: str) -> list:
     return found
 
 
+def _with_edited_metadata(notebook):
+    """The notebook with its answer cell f marked as graded (without points): nbgrader's metadata
+    check alone would fail the whole submission."""
+    edited = nbformat.from_dict(json.loads(json.dumps(notebook)))
+    for cell in edited.cells:
+        if cell.metadata.get("nbgrader", {}).get("grade_id") == "f":
+            cell.metadata.nbgrader["grade"] = True
+    return edited
+
+
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
     """One `course grade` run over every kind of submission; its report, output and folders."""
@@ -66,6 +76,7 @@ def graded(tmp_path_factory):
     _write(submissions, "untouched", release)
     for name, fixture in FIXTURES.items():
         _write(submissions, name, apply_fixture(solution, fixture))
+    _write(submissions, "metadata_edited", _with_edited_metadata(solution))
     course = str(work / "course")
     started = time.monotonic()
     done = subprocess.run([sys.executable, "-m", "grading", "grade", LAB, str(submissions), "--course-dir", course,
@@ -96,7 +107,7 @@ def _gradebook_scores(course: str) -> dict:
 
 
 def test_every_submission_is_graded_and_nothing_is_left_running(graded):
-    assert set(graded["submissions"]) == {"solution", "untouched", *FIXTURES}
+    assert set(graded["submissions"]) == {"solution", "untouched", "metadata_edited", *FIXTURES}
     assert all(set(parts) == set(POINTS) for parts in graded["parts"].values())
     assert _processes_inside(graded["course"]) == []
     total = len(graded["submissions"])
@@ -240,3 +251,18 @@ def test_plain_nbgrader_grades_the_solution_with_a_judge_its_kernel_starts(tmp_p
     lost = {c.metadata.nbgrader["grade_id"]: c.outputs for c in autograded.cells
             if scores.get(c.metadata.get("nbgrader", {}).get("grade_id"), 0) < POINTS.get(c.metadata.get("nbgrader", {}).get("grade_id"), 0)}
     assert scores == POINTS, lost
+
+
+def test_an_attack_on_the_grader_changes_nothing_and_is_reported(graded):
+    attacker = graded["submissions"]["attacks_the_grader"]
+    assert attacker["points"] == sum(POINTS.values())
+    assert any(item.startswith("look at cell f") and "setsid" in item for item in attacker["attention"])
+    assert graded["submissions"]["solution"]["points"] == sum(POINTS.values())
+    assert "attacked" not in open(os.path.join(graded["course"], "grades.csv")).read()
+    assert _gradebook_scores(graded["course"])["solution"] == POINTS
+
+
+def test_a_metadata_edit_on_the_students_own_cell_is_repaired_and_reported(graded):
+    edited = graded["submissions"]["metadata_edited"]
+    assert edited["points"] == sum(POINTS.values()) and not edited["failure"]
+    assert "edited the nbgrader metadata of cell f: restored from the release" in edited["attention"]

@@ -269,3 +269,14 @@ def test_the_judge_runs_the_hidden_tests_on_nccl_with_one_gpu_per_rank(solution)
         verdict = engine.run_test(LAB, test, list(objects), client.dumps(objects), {},
                                   rank_timeout_s=120, backend="nccl", seed=4)
         assert verdict.passed, verdict.lines
+
+
+def test_equivalent_collectives_count_alike_and_a_different_one_does_not():
+    reference = [{"comm": {"forward": {"all_gather": 1}, "backward": {}}}]
+    same = [{"comm": {"forward": {"all_gather_into_tensor": 1}, "backward": {}}}]
+    other = [{"comm": {"forward": {"all_reduce": 1}, "backward": {}}}]
+    nothing_expected = [{"grads": {}}]
+    assert engine.canonical_calls({"all_gather_into_tensor": 1, "all_gather": 1, "send": 0}) == {"all_gather": 2}
+    assert engine._case_problem(nothing_expected, same, reference) is None
+    assert engine._case_problem(nothing_expected, other, reference) == (
+        "forward on rank 0 made 1 all_reduce, expected 1 all_gather")

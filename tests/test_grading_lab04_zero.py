@@ -42,3 +42,38 @@ def test_through_the_judge_each_other_fixture_loses_exactly_its_parts(name):
 
 def test_through_nbgrader_the_solution_scores_full_marks_the_release_zero_and_each_fixture_its_loss(tmp_path):
     LAB.grade_through_nbgrader(tmp_path, NBGRADER_FIXTURES, max_points=12)
+
+
+#: The student's stage 1 keeps a value of its own (the shard's width), which their stage 2 uses, and
+#: stage 2 calls its base class by name instead of super().
+EXPLICIT_BASE_CALL = '''
+_solution_stage1 = ZeroStage1Adam
+
+
+class ZeroStage1Adam(_solution_stage1):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.shard_width = self.stop - self.start
+
+
+class ZeroStage2Adam(ZeroStage1Adam):
+    def __init__(self, *args, **kwargs):
+        ZeroStage1Adam.__init__(self, *args, **kwargs)
+
+    def mean_gradient_shard(self):
+        slots = shard_slots(self.flat_gradients(), self.world_size)
+        shard = slots.new_empty(slots.shape[1])
+        dist.reduce_scatter_tensor(shard, slots.reshape(-1), group=self.group)
+        return shard[:self.shard_width] / self.world_size
+'''
+
+
+def test_a_stage_2_that_calls_its_base_class_by_name_loses_nothing():
+    from grading.judge import client, engine
+
+    namespace = LAB.solution_namespace()
+    exec(compile(EXPLICIT_BASE_CALL, "<cell zero_stage2>", "exec"), namespace)
+    objects = {"ZeroStage2Adam": namespace["ZeroStage2Adam"]}
+    verdict = engine.run_test("lab04_zero", "test_zero_stage2", list(objects), client.dumps(objects), {},
+                              rank_timeout_s=30.0, backend="gloo", seed=5)
+    assert verdict.passed and not verdict.judge_error, verdict.lines

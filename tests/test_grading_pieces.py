@@ -261,3 +261,21 @@ def test_the_course_root_given_explicitly_is_the_grading_package_imported(tmp_pa
     assert isolated.stdout.strip() == str(course), isolated.stderr
     assert with_course_on_pythonpath({"PYTHONPATH": f"/a{os.pathsep}{course}"}, str(course))["PYTHONPATH"] == \
         f"{course}{os.pathsep}/a"
+
+
+def test_outputs_quoting_the_graders_files_are_cut_wherever_printed_but_the_students_own_lines_stay(tmp_path):
+    from grading.autograder.feedback import GRADING_DIR
+
+    with open(os.path.join(GRADING_DIR, "reference", "tp_communications.py")) as f:
+        reference_line = next(line.strip() for line in f if "all_reduce" in line and len(line.strip()) >= 20
+                              and not line.strip().startswith("#"))
+    printed = nbformat.v4.new_code_cell("print(open(path).read())")
+    printed.outputs = [new_output("stream", name="stdout", text=f"... {reference_line} ...\n")]
+    own = nbformat.v4.new_code_cell(f"def f(x):\n    {reference_line}\n")
+    own.outputs = [new_output("stream", name="stdout", text=f"{reference_line}\n")]
+    verdict = {"test_x": {"passed": False, "lines": [f"✗ rank 0 failed: {reference_line} ..."]}}
+    nb = _sanitized([_graded_cell(HIDDEN, []), printed], tmp_path / "a", verdict)
+    assert nb.cells[0].outputs[0].text == REDACTED  # the verdict quoted the grader's source
+    assert nb.cells[1].outputs[0].text == REDACTED
+    nb = _sanitized([_graded_cell(HIDDEN, []), own], tmp_path / "b", verdict)
+    assert nb.cells[1].outputs[0].text == f"{reference_line}\n"  # the student's own line

@@ -9,10 +9,14 @@ tracebacks of its errors (which quote that source). ``SanitizeHiddenTests``:
   "✗ ...") and a one-line error;
 - cuts any other traceback that passes through the grading folder to its last line;
 - drops any output that quotes a line of the hidden regions (a submission can print the
-  source of the cells that run after its own).
+  source of the cells that run after its own) or of the grader's files (``GRADER_FOLDERS``:
+  the judge's tests and the reference kernels), wherever it was printed, verdicts included;
+  lines the student's own cells hold too are not counted (a verdict quotes the student's line).
 """
 from __future__ import annotations
 
+import functools
+import glob
 import json
 import os
 
@@ -28,7 +32,20 @@ BEGIN, END = "BEGIN HIDDEN TESTS", "END HIDDEN TESTS"
 MAX_ERROR_CHARS = 500
 #: Hidden lines shorter than this (characters) are too common to be a sign of a leak.
 MIN_LEAK_LINE_CHARS = 20
-REDACTED = "[output removed from the feedback: it quoted the grader's hidden tests]\n"
+REDACTED = "[output removed from the feedback: it quoted the grader's hidden tests or files]\n"
+#: Folders of grading/ whose source must never reach feedback.
+GRADER_FOLDERS = ("judge", "reference")
+
+
+@functools.lru_cache(maxsize=1)
+def grader_lines() -> frozenset:
+    """Stripped lines of at least ``MIN_LEAK_LINE_CHARS`` characters of every .py in ``GRADER_FOLDERS``."""
+    lines = set()
+    for folder in GRADER_FOLDERS:
+        for path in glob.glob(os.path.join(GRADING_DIR, folder, "*.py")):
+            with open(path, encoding="utf-8") as f:
+                lines.update(line.strip() for line in f if len(line.strip()) >= MIN_LEAK_LINE_CHARS)
+    return frozenset(lines)
 
 
 def split_hidden_region(source: str) -> tuple[str, list]:
@@ -89,10 +106,12 @@ class SanitizeHiddenTests(NbGraderPreprocessor):
         if self.verdicts_dir and os.path.exists(path):
             with open(path) as f:
                 self._verdicts = json.load(f)
-        self._hidden_lines = set()
+        self._hidden_lines, own = set(), set()
         for cell in nb.cells:
-            _, hidden = split_hidden_region(cell.source)
+            visible, hidden = split_hidden_region(cell.source)
             self._hidden_lines.update(line.strip() for line in hidden if len(line.strip()) >= MIN_LEAK_LINE_CHARS)
+            own.update(line.strip() for line in visible.splitlines())
+        self._hidden_lines |= grader_lines() - own
         return super().preprocess(nb, resources)
 
     def _quotes_hidden_tests(self, output) -> bool:

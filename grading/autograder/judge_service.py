@@ -1,4 +1,5 @@
 """One warm judge process (``python -E -s -m grading.judge.server --service``, in the course root) driven by a grading worker.
+Its ranks run in a bubblewrap sandbox (``--sandbox-dir``, a private folder: ``autograder.sandbox``).
 
     service = JudgeService(log_path, rank_timeout_s=60, backend="auto", memory_limit_gib=4)
     socket_path = service.begin("alice")     # kernels of alice's autograde connect here
@@ -30,6 +31,7 @@ class JudgeService:
         self._memory_limit_gib, self._course_root = memory_limit_gib, course_root
         self._process = None
         self._socket_dir = None
+        self._sandbox_dir = tempfile.mkdtemp(prefix="judge-ranks-")
         self._start()
 
     def _start(self) -> None:
@@ -37,7 +39,7 @@ class JudgeService:
             self._process = subprocess.Popen(
                 isolated_module("grading.judge.server", "--service", "--rank-timeout", str(self._rank_timeout_s),
                                 "--backend", self._backend, "--log", self._log_path,
-                                "--memory-limit", str(self._memory_limit_gib)),
+                                "--memory-limit", str(self._memory_limit_gib), "--sandbox-dir", self._sandbox_dir),
                 cwd=self._course_root, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
                 start_new_session=True)
 
@@ -80,3 +82,4 @@ class JudgeService:
             self._process.kill()
             self._process.wait()
         self._process = None
+        shutil.rmtree(self._sandbox_dir, ignore_errors=True)

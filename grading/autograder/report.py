@@ -28,6 +28,7 @@ def attention_items(outcome) -> list:
     items += [f"{part.cell}: {part.note}" for part in outcome.parts if part.note]
     items += [f"{t}: {_REPAIR.get((t.kind, t.role), '')}" for t in outcome.tampering]
     items += outcome.errors
+    items += outcome.suspicious
     return items
 
 
@@ -92,7 +93,7 @@ def _json(report) -> dict:
             "student": o.student, "points": o.points, "seconds": o.seconds, "failure": o.failure,
             "attention": attention_items(o),
             "tampering": [{"cell": t.cell, "kind": t.kind, "role": t.role} for t in o.tampering],
-            "errors": o.errors,
+            "errors": o.errors, "suspicious": o.suspicious,
             "parts": [{"cell": p.cell, "points": p.points, "max_points": p.max_points, "status": p.status,
                        "notebook_points": p.notebook_points, "note": p.note, "lines": p.lines} for p in o.parts],
         } for o in report.outcomes],

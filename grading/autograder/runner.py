@@ -20,6 +20,8 @@ from __future__ import annotations
 import dataclasses
 import os
 import queue
+import shutil
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -29,7 +31,10 @@ import nbformat
 from grading.autograder.course import copy_submission, write_course_config
 from grading.autograder.execute import KERNEL_DIED, NOT_RUN
 from grading.autograder.judge_service import JudgeService, JudgeServiceFailed
+from grading.autograder.metadata import repair_cell_metadata
 from grading.autograder.nbgrader_cli import check, nbgrader_environment, open_course
+from grading.autograder.sandbox import SANDBOX_ENV, gpu_devices, submission_spec
+from grading.autograder.suspicious import suspicious_constructs
 from grading.autograder.tampering import find_tampering
 from grading.autograder.worker import AutogradeWorker, WorkerTimeout
 from grading.judge.limits import default_memory_limit_gib
@@ -86,6 +91,7 @@ class SubmissionOutcome:
     failure: str = ""
     verdicts: list = field(default_factory=list)
     tampering: list = field(default_factory=list)
+    suspicious: list = field(default_factory=list)
     errors: list = field(default_factory=list)
     parts: list = field(default_factory=list)
 
@@ -157,7 +163,8 @@ def prepare_course(options: GradeOptions, submissions: dict) -> str:
     write_course_config(course, {"CourseDirectory.source_directory": os.path.join(options.course_root, "solutions"),
                                  "CourseDirectory.release_directory": os.path.join(course, "release"),
                                  "SanitizeHiddenTests.verdicts_dir": os.path.join(course, "verdicts"),
-                                 "Execute.timeout": int(options.cell_timeout_s)},
+                                 "Execute.timeout": int(options.cell_timeout_s),
+                                 "Execute.kernel_manager_class": "grading.autograder.sandbox.SandboxedKernelManager"},
                         grading_config=os.path.join(options.course_root, "grading", "nbgrader_config.py"),
                         written_by="course grade")
     for folder in ("verdicts", "logs", "reports"):
@@ -170,9 +177,29 @@ def prepare_course(options: GradeOptions, submissions: dict) -> str:
     return os.path.join(course, "release", options.lab)
 
 
+def repair_submissions(options: GradeOptions, students: list, notebooks: list, release_dir: str) -> dict:
+    """Restore the release's nbgrader metadata in every copied submission (``autograder.metadata``),
+    so a metadata edit does not fail the whole submission; {student: report lines}."""
+    repairs = {}
+    for name in notebooks:
+        release = nbformat.read(os.path.join(release_dir, name), as_version=4)
+        for student in students:
+            path = os.path.join(options.course_dir, "submitted", student, options.lab, name)
+            if not os.path.exists(path):
+                continue
+            submitted = nbformat.read(path, as_version=4)
+            lines = repair_cell_metadata(release, submitted)
+            if lines:
+                nbformat.write(submitted, path)
+                repairs.setdefault(student, []).extend(lines)
+    return repairs
+
+
 # ----- autograding, in parallel ------------------------------------------------------------------
 
-def _autograde(student: str, service: JudgeService, worker: AutogradeWorker, options: GradeOptions) -> SubmissionOutcome:
+def _autograde(student: str, service: JudgeService, worker: AutogradeWorker, options: GradeOptions,
+               sandbox_root: str, memory_limit_gib: float) -> SubmissionOutcome:
+    """Autograde one submission, its kernel in its sandbox (``autograder.sandbox``); the judge's verdicts."""
     outcome = SubmissionOutcome(student)
     started = time.monotonic()
     try:
@@ -182,8 +209,10 @@ def _autograde(student: str, service: JudgeService, worker: AutogradeWorker, opt
         return outcome
     log_path = os.path.join(options.course_dir, "logs", options.lab, f"{student}.log")
     try:
-        result = worker.autograde(options.lab, student, {"LAB_JUDGE_SOCKET": socket_path},
-                                  options.submission_timeout_s)
+        spec = submission_spec(sandbox_root, student, options.course_root, socket_path, memory_limit_gib,
+                               on_gpu=options.backend != "gloo" and bool(gpu_devices()))
+        result = worker.autograde(options.lab, student, {"LAB_JUDGE_SOCKET": socket_path,
+                                                         SANDBOX_ENV: spec.to_env()}, options.submission_timeout_s)
         with open(log_path, "w") as log:
             log.write(result.get("log", "") + result.get("error", ""))
         if not result.get("success"):
@@ -211,6 +240,7 @@ def _run_workers(options: GradeOptions, students: list, progress) -> dict:
 
     def work(index: int) -> None:
         logs = os.path.join(options.course_dir, "logs", options.lab)
+        sandbox_root = tempfile.mkdtemp(prefix="course-grade-sandbox-")
         service = JudgeService(os.path.join(logs, f"judge-{index}.log"), options.rank_timeout_s, options.backend,
                                memory_limit_gib, course_root=options.course_root)
         worker = AutogradeWorker(options.course_dir, os.path.join(logs, f"worker-{index}.log"), kernel_environment,
@@ -221,7 +251,7 @@ def _run_workers(options: GradeOptions, students: list, progress) -> dict:
                     student = todo.get_nowait()
                 except queue.Empty:
                     return
-                outcome = _autograde(student, service, worker, options)
+                outcome = _autograde(student, service, worker, options, sandbox_root, memory_limit_gib)
                 with lock:
                     outcomes[student] = outcome
                     if progress:
@@ -229,6 +259,7 @@ def _run_workers(options: GradeOptions, students: list, progress) -> dict:
         finally:
             worker.close()
             service.close()
+            shutil.rmtree(sandbox_root, ignore_errors=True)
 
     threads = [threading.Thread(target=work, args=(i,), daemon=True) for i in range(min(options.workers, len(students)))]
     for thread in threads:
@@ -311,6 +342,21 @@ def _notable_errors(options: GradeOptions, student: str, notebooks: list) -> lis
     return found
 
 
+#: Files of a submission folder that nbgrader itself expects beside the notebooks.
+EXPECTED_FILES = ("timestamp.txt",)
+
+
+def helper_files(folder: str, notebooks: list) -> list:
+    """A report line per file handed in beside the lab's notebooks (a helper module, data): the
+    notebook may import it in its kernel, but the judge's ranks run the notebook's own code only."""
+    if not os.path.isdir(folder):
+        return []
+    extra = sorted(name for name in os.listdir(folder) if name not in notebooks and name not in EXPECTED_FILES
+                   and not name.startswith("."))
+    return [f"handed in {name} beside the notebook: the hidden tests run only the notebook's own code, so "
+            f"anything the graded parts import from it fails there; put that code in the notebook" for name in extra]
+
+
 def _write_verdict_files(options: GradeOptions, outcomes: dict) -> None:
     import json
 
@@ -353,6 +399,7 @@ def grade_class(options: GradeOptions, progress=None) -> ClassReport:
     cells = judged_cells(options.lab)
     options = dataclasses.replace(options, course_dir=os.path.abspath(options.course_dir))
     release_dir = prepare_course(options, submissions)
+    repairs = repair_submissions(options, sorted(submissions), notebooks, release_dir)
     outcomes = _run_workers(options, sorted(submissions), progress)
     max_points = apply_verdicts(options, outcomes, cells)
     for student, outcome in outcomes.items():
@@ -360,8 +407,11 @@ def grade_class(options: GradeOptions, progress=None) -> ClassReport:
             submitted = os.path.join(options.course_dir, "submitted", student, options.lab, name)
             if os.path.exists(submitted):
                 release = nbformat.read(os.path.join(release_dir, name), as_version=4)
-                outcome.tampering += find_tampering(release, nbformat.read(submitted, as_version=4))
-        outcome.errors = _notable_errors(options, student, notebooks)
+                handed_in = nbformat.read(submitted, as_version=4)
+                outcome.tampering += find_tampering(release, handed_in)
+                outcome.suspicious += suspicious_constructs(release, handed_in)
+        outcome.errors = repairs.get(student, []) + _notable_errors(options, student, notebooks)
+        outcome.errors += helper_files(os.path.join(options.course_dir, "submitted", student, options.lab), notebooks)
     _write_verdict_files(options, outcomes)
     check(open_course(options.course_dir).generate_feedback(options.lab, force=True), "generate_feedback")
     grades_csv = export_grades(options.course_dir)

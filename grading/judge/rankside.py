@@ -232,10 +232,13 @@ def grader_code_in(objects: dict) -> str | None:
 
 def substitute(objects: dict, replacements: dict) -> None:
     """Make the submission's code use ``replacements`` (reference objects) for those names, so
-    that a part is graded on its own, whatever the parts it builds on do."""
+    that a part is graded on its own, whatever the parts it builds on do. A name bound to a base
+    class of a graded class keeps the student's class: a subclass that calls its base by name
+    (``ZeroStage1Adam.__init__(self, ...)``) must get the class it inherits from."""
+    bases = {id(base) for obj in objects.values() if isinstance(obj, type) for base in obj.__mro__[1:]}
     for namespace in _by_value_namespaces(objects):
         for name, replacement in replacements.items():
-            if name in namespace:
+            if name in namespace and id(namespace[name]) not in bases:
                 namespace[name] = replacement
 
 

@@ -108,6 +108,10 @@ class _Service:
             write_message(self.reply, {"ok": True})
         elif command == "end":
             self._close_listener()
+            if self.options.sandbox_dir:  # whatever the submission's ranks started ends with their sandbox
+                import labutils
+
+                labutils.shutdown()
             write_message(self.reply, {"submission": self.submission, "verdicts": self.verdicts})
             self.submission, self.verdicts = None, []
         elif command == "stop":
@@ -172,6 +176,24 @@ def _warm_up(options) -> None:
     labutils.launch(os.getpid, 1, backend="gloo", timeout=options.rank_timeout)  # any call on one rank
 
 
+def _sandbox_ranks(options) -> None:
+    """Every rank this judge starts runs in a bubblewrap sandbox (``autograder.sandbox``), with
+    ``--sandbox-dir`` as TMPDIR, the only folder the ranks may write."""
+    import json
+    import tempfile
+
+    from grading.autograder.sandbox import find_bwrap, gpu_devices, judge_rank_wrapper
+    from grading.paths import COURSE_ROOT
+    from labutils._starters import RANK_WRAPPER_ENV
+
+    os.makedirs(options.sandbox_dir, exist_ok=True)
+    os.environ["TMPDIR"] = options.sandbox_dir
+    tempfile.tempdir = None  # read TMPDIR again
+    on_gpu = options.backend != "gloo" and bool(gpu_devices())
+    os.environ[RANK_WRAPPER_ENV] = json.dumps(judge_rank_wrapper(find_bwrap(), COURSE_ROOT, options.sandbox_dir,
+                                                                 options.memory_limit, on_gpu))
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description="the judge process of the graded labs")
     mode = parser.add_mutually_exclusive_group(required=True)
@@ -180,10 +202,14 @@ def main(argv=None) -> int:
     parser.add_argument("--rank-timeout", type=float, default=60.0, help="seconds one test's ranks may run")
     parser.add_argument("--backend", default="auto", choices=["auto", "gloo", "nccl"])
     parser.add_argument("--log", help="file for the judge's and the ranks' output (default: discarded)")
+    parser.add_argument("--sandbox-dir", help="run the ranks in a bubblewrap sandbox with this folder as "
+                                              "their only writable place (course grade; default: no sandbox)")
     parser.add_argument("--memory-limit", type=float, default=0.0,
                         help="GiB of data memory per process, the judge's ranks included (default 0: no cap)")
     options = parser.parse_args(argv)
     limit_memory(options.memory_limit)  # before the rank template starts: the ranks inherit it
+    if options.sandbox_dir:
+        _sandbox_ranks(options)
     reply = _detach_output(options.log)
     from grading.judge import engine
 

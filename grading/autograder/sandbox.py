@@ -1,0 +1,255 @@
+"""A bubblewrap (``bwrap``) sandbox around every process a submission runs.
+
+``course grade`` starts each submission's kernel with ``SandboxedKernelManager`` (nbgrader's
+``Execute.kernel_manager_class``): the kernel, and every rank it launches, run in
+
+- a new mount namespace whose root holds only, read-only: the system (``/usr``, ``/etc``, ...),
+  the Python installation and its environment, ``labutils``, and the few ``grading`` modules a
+  hidden-test cell's client needs (``grading.judge.client``: ``CLIENT_MODULES``); never the rest
+  of ``grading/``, ``solutions/``, the gradebook, the feedback or another submission;
+- one writable folder, the submission's scratch copy of its notebook folder, mounted where the
+  notebook runs (so what the code writes never reaches the course folder), a private ``/tmp``
+  and ``HOME``;
+- its own network namespace (``--unshare-net``: loopback only, enough for the ranks' gloo), so
+  the kernel talks to nbgrader over jupyter's IPC transport (Unix sockets in a runtime folder
+  bound in) and to the judge through its Unix socket, bound in read-only (it cannot be replaced);
+- its own PID namespace and session (``--unshare-pid --die-with-parent --new-session``): when
+  the kernel ends, every process it started (forks, ``setsid`` daemons) ends with it;
+- an address-space cap (RLIMIT_AS, ``prlimit``), which counts shared and anonymous mappings
+  (``mmap``) as well as the heap. CUDA reserves far more address space than it uses, so on a GPU
+  node the cap must be a cgroup's memory limit instead (``memory_limit_bytes=0`` here, a systemd
+  scope or container around ``course grade``), and ``/dev/nvidia*`` are passed in.
+
+    bwrap = find_bwrap()                  # SandboxUnavailable says how to install it
+    argv = sandbox_command(bwrap, SandboxSpec(...), ["python", "-m", "ipykernel_launcher", ...])
+"""
+from __future__ import annotations
+
+import glob
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from dataclasses import asdict, dataclass, field
+
+from jupyter_client.manager import AsyncKernelManager
+
+#: Environment variable holding the per-submission sandbox settings (JSON of ``SandboxSpec``).
+SANDBOX_ENV = "LAB_SANDBOX"
+#: The grading modules a hidden-test cell imports (``from grading.judge import judge``).
+CLIENT_MODULES = ("__init__.py", "paths.py", "judge/__init__.py", "judge/client.py", "judge/protocol.py")
+#: System folders bound read-only when they exist.
+SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/etc", "/opt")
+#: Seconds ``probe`` waits for a trivial sandbox to run.
+PROBE_TIMEOUT_S = 30.0
+#: Address space a sandboxed process may map at least, in bytes: torch on CPU with gloo and the
+#: labs' tensors runs in under 2 GiB (its libraries alone map about 1 GiB).
+MIN_ADDRESS_SPACE_BYTES = 3 * 2**30
+INSTALL_HINT = ("course grade runs every submission in a bubblewrap sandbox; install it "
+                "(Debian/Ubuntu: sudo apt-get install bubblewrap)")
+
+
+class SandboxUnavailable(RuntimeError):
+    """bwrap is missing or cannot create namespaces here; the message says what to do."""
+
+
+def find_bwrap() -> str:
+    """The path of ``bwrap``; SandboxUnavailable (with the install command) when it is missing."""
+    path = shutil.which("bwrap")
+    if path is None:
+        raise SandboxUnavailable(f"bwrap not found on PATH: {INSTALL_HINT}")
+    return path
+
+
+def probe(bwrap: str) -> None:
+    """Run ``true`` in a sandbox like the kernels'; SandboxUnavailable with bwrap's words if it fails
+    (user namespaces disabled, say: ``sysctl kernel.unprivileged_userns_clone=1``)."""
+    argv = [bwrap, *_system_binds(), "--proc", "/proc", "--dev", "/dev", "--unshare-net", "--unshare-pid",
+            "--die-with-parent", "--new-session", "true"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S)
+    if done.returncode:
+        raise SandboxUnavailable(f"bwrap cannot create a sandbox here: {done.stderr.strip()[-300:]}")
+
+
+@dataclass(frozen=True)
+class SandboxSpec:
+    """What one submission's sandbox shows. Paths are absolute and appear at the same place inside.
+
+    ``readonly``: extra folders or files bound read-only; ``runtime_dir``: jupyter's connection
+    file and IPC sockets (read-write); ``scratch_dir``: bound read-write at ``workdir``, where the
+    notebook runs; ``judge_socket``: bound read-only; ``memory_limit_bytes``: RLIMIT_AS of every
+    process (0: none); ``devices``: device files passed in (``/dev/nvidia*`` on a GPU node)."""
+
+    workdir: str
+    scratch_dir: str
+    runtime_dir: str
+    readonly: tuple = ()
+    judge_socket: str = ""
+    memory_limit_bytes: int = 0
+    devices: tuple = field(default_factory=tuple)
+
+    def to_env(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_env(cls, text: str) -> "SandboxSpec":
+        values = json.loads(text)
+        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in values.items()})
+
+
+def _system_binds() -> list:
+    args = []
+    for folder in SYSTEM_DIRS:
+        if os.path.exists(folder):
+            args += ["--ro-bind", folder, folder]
+    return args
+
+
+def python_paths() -> list:
+    """Folders the kernel's Python needs: the installation, the environment, every import path
+    outside the course root except the course's own packages (bound one by one)."""
+    paths = {sys.base_prefix, sys.prefix, os.path.dirname(os.path.realpath(sys.executable))}
+    return sorted(p for p in paths if os.path.isdir(p))
+
+
+def course_readonly(course_root: str) -> list:
+    """What a student's copy of the course holds, to bind read-only: ``labutils`` and the client
+    modules of ``grading`` (nothing else of ``grading/``)."""
+    grading_dir = os.path.join(course_root, "grading")
+    found = [os.path.join(course_root, "labutils")]
+    found += [os.path.join(grading_dir, name) for name in CLIENT_MODULES]
+    return [p for p in found if os.path.exists(p)]
+
+
+def submission_spec(sandbox_root: str, student: str, course_root: str, judge_socket: str,
+                    memory_limit_gib: float, on_gpu: bool) -> SandboxSpec:
+    """The sandbox of ``student``'s kernel: scratch and runtime folders under ``sandbox_root`` (the
+    notebook's folder, ``workdir``, is filled in when the kernel starts), the course's student view,
+    the judge's socket; RLIMIT_AS of ``memory_limit_gib`` GiB (at least ``MIN_ADDRESS_SPACE_BYTES``)
+    on a CPU node, none on a GPU node (use a cgroup there) where ``/dev/nvidia*`` are passed in."""
+    folder = os.path.join(sandbox_root, student)
+    cap = 0 if on_gpu or memory_limit_gib <= 0 else max(int(memory_limit_gib * 2**30), MIN_ADDRESS_SPACE_BYTES)
+    return SandboxSpec(workdir="", scratch_dir=os.path.join(folder, "scratch"),
+                       runtime_dir=os.path.join(folder, "runtime"), readonly=tuple(course_readonly(course_root)),
+                       judge_socket=judge_socket, memory_limit_bytes=cap,
+                       devices=tuple(gpu_devices()) if on_gpu else ())
+
+
+def gpu_devices() -> list:
+    """The NVIDIA device files of this node (none on a CPU machine)."""
+    return sorted(glob.glob("/dev/nvidia*"))
+
+
+def _namespace_args(readonly: list) -> list:
+    """bwrap's options shared by every sandbox: namespaces, the system, Python and ``readonly``."""
+    args = ["--die-with-parent", "--new-session", "--unshare-pid", "--unshare-net", "--unshare-ipc",
+            "--unshare-uts", *_system_binds(), "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
+            "--tmpfs", "/home", "--dir", HOME]
+    for path in [*python_paths(), *readonly]:  # after the tmpfs: a course or venv under /home stays visible
+        args += ["--ro-bind", path, path]
+    return args
+
+
+def _address_space_cap(memory_limit_bytes: int) -> list:
+    return ["prlimit", f"--as={memory_limit_bytes}", "--"] if memory_limit_bytes else []
+
+
+def sandbox_command(bwrap: str, spec: SandboxSpec, argv: list, env: dict) -> list:
+    """The command line that runs ``argv`` in ``spec``'s sandbox with exactly ``env`` as environment."""
+    args = [bwrap, "--clearenv", *_namespace_args(list(spec.readonly)),
+            "--bind", spec.runtime_dir, spec.runtime_dir, "--bind", spec.scratch_dir, spec.workdir]
+    for device in spec.devices:
+        args += ["--dev-bind", device, device]
+    if spec.judge_socket:
+        args += ["--ro-bind", spec.judge_socket, spec.judge_socket]
+    for name, value in env.items():
+        args += ["--setenv", name, value]
+    args += ["--remount-ro", "/", "--chdir", spec.workdir, "--"]
+    return args + _address_space_cap(spec.memory_limit_bytes) + list(argv)
+
+
+def judge_rank_wrapper(bwrap: str, course_root: str, work_dir: str, memory_limit_gib: float, on_gpu: bool) -> list:
+    """The words before the judge's rank template (``labutils``' ``LABUTILS_RANK_WRAPPER``): its ranks
+    run the submission's functions in a sandbox that shows the course's ``labutils`` and ``grading``
+    read-only (the rank-side code lives there), ``work_dir`` read-write (the judge's TMPDIR: the
+    ranks' sockets), nothing else of the course (no gradebook, no submissions), loopback only, its
+    own PID namespace (restarted for every submission), RLIMIT_AS as for kernels."""
+    readonly = [os.path.join(course_root, name) for name in ("labutils", "grading")]
+    args = [bwrap, *_namespace_args(readonly), "--bind", work_dir, work_dir]
+    for device in gpu_devices() if on_gpu else ():
+        args += ["--dev-bind", device, device]
+    cap = 0 if on_gpu or memory_limit_gib <= 0 else max(int(memory_limit_gib * 2**30), MIN_ADDRESS_SPACE_BYTES)
+    return args + ["--remount-ro", "/", "--chdir", work_dir, "--"] + _address_space_cap(cap)
+
+
+#: Variables a sandboxed kernel keeps from the worker's environment (nothing else: no LD_PRELOAD).
+KEEP_ENV = ("PATH", "LANG", "LC_ALL", "CUDA_VISIBLE_DEVICES", "LAB_JUDGE_SOCKET", "LAB_JUDGE_RANK_TIMEOUT",
+            "OMP_NUM_THREADS", "PYTHONPATH")
+KEEP_ENV_PREFIXES = ("NCCL_", "LABUTILS_")
+#: The sandboxed processes' home folder (on a private tmpfs).
+HOME = "/home/student"
+
+
+def kernel_environment(env: dict) -> dict:
+    """The sandboxed kernel's environment: ``KEEP_ENV`` and ``KEEP_ENV_PREFIXES`` from ``env``, a private
+    HOME and TMPDIR."""
+    kept = {k: v for k, v in env.items() if k in KEEP_ENV or k.startswith(KEEP_ENV_PREFIXES)}
+    return dict(kept, HOME=HOME, TMPDIR="/tmp", MPLCONFIGDIR="/tmp/matplotlib")
+
+
+def prepare_scratch(workdir: str, scratch_dir: str) -> None:
+    """``scratch_dir`` = a fresh copy of ``workdir`` (the notebook's folder), without symbolic links."""
+    shutil.rmtree(scratch_dir, ignore_errors=True)
+    shutil.copytree(workdir, scratch_dir, symlinks=False, ignore_dangling_symlinks=True)
+
+
+class SandboxedKernelManager(AsyncKernelManager):
+    """jupyter's KernelManager over IPC, starting the kernel inside the submission's sandbox
+    (``SandboxSpec`` from ``$LAB_SANDBOX``, set by ``course grade`` for each submission; without
+    it the kernel does not start)."""
+
+    def __init__(self, **kwargs):
+        text = os.environ.get(SANDBOX_ENV)
+        if not text:
+            raise SandboxUnavailable(f"${SANDBOX_ENV} is not set: course grade starts sandboxed kernels only")
+        self.sandbox = SandboxSpec.from_env(text)
+        os.makedirs(self.sandbox.runtime_dir, exist_ok=True)
+        kwargs.setdefault("transport", "ipc")
+        kwargs.setdefault("connection_file", os.path.join(self.sandbox.runtime_dir, "kernel.json"))
+        super().__init__(**kwargs)
+
+    async def _async_pre_start_kernel(self, **kw):
+        cmd, kw = await super()._async_pre_start_kernel(**kw)
+        workdir = os.path.abspath(kw.get("cwd") or os.getcwd())
+        spec = SandboxSpec(**{**asdict(self.sandbox), "workdir": workdir})
+        prepare_scratch(workdir, spec.scratch_dir)
+        env = kernel_environment(kw.get("env") or os.environ)
+        kw["env"] = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+        kw["cwd"] = spec.runtime_dir
+        return sandbox_command(find_bwrap(), spec, cmd, env), kw
+
+    def _kernel_pid(self) -> int | None:
+        """The kernel's pid as this process sees it: bwrap, its child (the namespace's init), then the
+        kernel (``prlimit`` execs it)."""
+        pid = self.provisioner.process.pid if self.provisioner and self.provisioner.process else None
+        for _ in range(2):
+            try:
+                with open(f"/proc/{pid}/task/{pid}/children") as f:
+                    children = f.read().split()
+            except (OSError, TypeError):
+                return None
+            if not children:
+                return None
+            pid = int(children[0])
+        return pid
+
+    async def _async_interrupt_kernel(self) -> None:
+        """SIGINT to the kernel itself (``--new-session`` puts it out of bwrap's process group)."""
+        pid = self._kernel_pid()
+        if pid is not None:
+            os.kill(pid, signal.SIGINT)
+
+    interrupt_kernel = _async_interrupt_kernel
+

@@ -1,0 +1,184 @@
+"""The bubblewrap sandbox of every submission's kernel (grading.autograder.sandbox): what it
+shows, what it hides, and that nothing it started outlives it."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import nbformat
+import pytest
+
+from grading.autograder import sandbox
+from grading.autograder.sandbox import (
+    SANDBOX_ENV,
+    SandboxedKernelManager,
+    SandboxSpec,
+    SandboxUnavailable,
+    find_bwrap,
+    kernel_environment,
+    sandbox_command,
+    submission_spec,
+)
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+pytestmark = pytest.mark.skipif(not os.path.exists("/usr/bin/bwrap") and not sandbox.shutil.which("bwrap"),
+                                reason="bubblewrap is not installed")
+
+
+def _spec(tmp_path, memory_gib=1.0, judge_socket="") -> SandboxSpec:
+    spec = submission_spec(str(tmp_path / "sandboxes"), "alice", REPO, judge_socket, memory_gib, on_gpu=False)
+    workdir, scratch = tmp_path / "course" / "autograded" / "alice", tmp_path / "scratch"
+    for folder in (workdir, scratch, tmp_path / "sandboxes" / "alice" / "runtime"):
+        folder.mkdir(parents=True, exist_ok=True)
+    return SandboxSpec(**{**spec.__dict__, "workdir": str(workdir), "scratch_dir": str(scratch)})
+
+
+def _run_inside(spec: SandboxSpec, code: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    argv = sandbox_command(find_bwrap(), spec, [sys.executable, "-c", code], kernel_environment(dict(os.environ)))
+    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+
+
+def test_the_grader_and_the_course_folder_are_out_of_sight(tmp_path):
+    (tmp_path / "course" / "gradebook.db").parent.mkdir(parents=True, exist_ok=True)
+    (tmp_path / "course" / "gradebook.db").write_text("secret")
+    spec = _spec(tmp_path)
+    done = _run_inside(spec, f"""
+import os
+print(sorted(os.listdir({REPO + '/grading'!r})))
+print(os.path.exists({REPO + '/solutions'!r}), os.path.exists({str(tmp_path / 'course' / 'gradebook.db')!r}))
+from grading.judge import judge
+import labutils
+open('answer.txt', 'w').write('scratch')
+try:
+    open({REPO + '/labutils/__init__.py'!r}, 'a')
+except OSError as exc:
+    print('read-only', type(exc).__name__)
+""")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0] == "['__init__.py', 'judge', 'paths.py']"
+    assert lines[1] == "False False"
+    assert lines[2].startswith("read-only")
+    assert (tmp_path / "scratch" / "answer.txt").read_text() == "scratch"  # writes land in the scratch copy
+    assert not (tmp_path / "course" / "autograded" / "alice" / "answer.txt").exists()
+
+
+def test_only_loopback_and_ranks_still_run_on_it(tmp_path):
+    done = _run_inside(_spec(tmp_path), """
+import socket, labutils, torch, torch.distributed as dist
+print(sorted(name for _, name in socket.if_nameindex()))
+def total():
+    t = torch.ones(2) * dist.get_rank()
+    dist.all_reduce(t)
+    return t
+print(labutils.launch(total, 2, backend='gloo', timeout=60)[1].tolist())
+""")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["['lo']", "[1.0, 1.0]"]
+
+
+def test_anonymous_shared_mmap_counts_against_the_cap(tmp_path):
+    done = _run_inside(_spec(tmp_path, memory_gib=1.0), """
+import mmap
+try:
+    mmap.mmap(-1, 16 * 2**30)
+    print('mapped')
+except OSError:
+    print('refused')
+""")
+    assert done.stdout.strip() == "refused", done.stderr
+
+
+def test_a_setsid_daemon_dies_with_the_sandbox(tmp_path):
+    marker = f"sleep {int(time.time()) % 100000 + 100000}"
+    done = _run_inside(_spec(tmp_path), f"import subprocess; subprocess.Popen(['setsid'] + {marker.split()!r})")
+    assert done.returncode == 0, done.stderr
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and _processes_named(marker):
+        time.sleep(0.1)
+    assert _processes_named(marker) == []
+
+
+def _processes_named(cmdline: str) -> list:
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if f.read().replace(b"\0", b" ").strip().decode(errors="replace") == cmdline:
+                    found.append(int(pid))
+        except OSError:
+            pass
+    return found
+
+
+def test_the_judge_socket_is_bound_read_only(tmp_path):
+    socket_path = tmp_path / "judge" / "judge.sock"
+    socket_path.parent.mkdir()
+    import socket
+
+    with socket.socket(socket.AF_UNIX) as listener:
+        listener.bind(str(socket_path))
+        listener.listen(1)
+        done = _run_inside(_spec(tmp_path, judge_socket=str(socket_path)), f"""
+import os, socket
+s = socket.socket(socket.AF_UNIX); s.connect({str(socket_path)!r}); print('connected')
+try:
+    os.unlink({str(socket_path)!r})
+except OSError as exc:
+    print('kept', type(exc).__name__)
+""")
+    lines = done.stdout.splitlines()
+    assert lines[0] == "connected" and lines[1].startswith("kept "), done.stdout + done.stderr
+
+
+def test_a_kernel_runs_over_ipc_inside_and_a_timed_out_cell_is_interrupted(tmp_path, monkeypatch):
+    from nbclient import NotebookClient
+
+    spec = _spec(tmp_path)
+    monkeypatch.setenv(SANDBOX_ENV, spec.to_env())
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("import os; print(os.path.exists('/proc/1/cmdline'), os.getppid())"),
+                nbformat.v4.new_code_cell("import time\nwhile True: time.sleep(0.1)"),
+                nbformat.v4.new_code_cell("print('after')")]
+    client = NotebookClient(nb, timeout=5, startup_timeout=60, interrupt_on_timeout=True, allow_errors=True,
+                            kernel_manager_class=SandboxedKernelManager, kernel_name="python3",
+                            resources={"metadata": {"path": spec.workdir}})
+    client.execute()
+    assert nb.cells[1].outputs[-1]["ename"] == "KeyboardInterrupt"
+    assert nb.cells[2].outputs[0]["text"] == "after\n"
+
+
+def test_no_sandbox_settings_no_kernel(monkeypatch):
+    monkeypatch.delenv(SANDBOX_ENV, raising=False)
+    with pytest.raises(SandboxUnavailable, match=SANDBOX_ENV):
+        SandboxedKernelManager()
+
+
+def test_course_grade_says_how_to_install_bwrap_when_it_is_missing(tmp_path):
+    env = dict(os.environ, PATH=str(tmp_path))  # no bwrap on PATH
+    done = subprocess.run([sys.executable, "-m", "grading", "grade", "lab01_tensor_parallel", str(tmp_path),
+                           "--backend", "gloo"], capture_output=True, text=True, cwd=REPO, env=env, timeout=120)
+    assert done.returncode != 0
+    assert "apt-get install bubblewrap" in done.stderr
+
+
+def test_the_judges_ranks_see_only_labutils_and_grading_and_die_with_their_template(tmp_path):
+    from grading.autograder.sandbox import judge_rank_wrapper
+
+    work = tmp_path / "ranks"
+    work.mkdir()
+    (tmp_path / "gradebook.db").write_text("secret")
+    wrapper = judge_rank_wrapper(find_bwrap(), REPO, str(work), 2.0, on_gpu=False)
+    code = f"""
+import os, labutils, torch.distributed as dist
+def look():
+    return (sorted(n for n in os.listdir({REPO!r}) if not n.startswith('.')),
+            os.path.exists({str(tmp_path / 'gradebook.db')!r}), dist.get_world_size())
+print(labutils.launch(look, 2, backend='gloo', timeout=60)[1])
+"""
+    env = dict(os.environ, LABUTILS_RANK_WRAPPER=__import__("json").dumps(wrapper), TMPDIR=str(work))
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180, env=env, cwd=REPO)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "(['grading', 'labutils'], False, 2)"
