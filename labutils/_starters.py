@@ -20,7 +20,7 @@ import threading
 import time
 
 from labutils import _wire
-from labutils.messages import RankExited, Spawn, Spawned, TemplateHello
+from labutils.messages import RankExited, SignalRanks, Spawn, Spawned, TemplateHello
 
 #: Environment variable: a JSON list of words put before the rank template's command line (a
 #: sandbox such as ``bwrap ... --``), so every rank of this process runs inside it. Unset: none.
@@ -155,12 +155,13 @@ class TemplateStarter(_ExitBook):
         self._book(self._reader.feed(data))
 
     def kill(self, pids, sig: int = signal.SIGKILL) -> None:
-        for pid in pids:
-            if pid in self.statuses:
-                continue
+        """Have the template send ``sig`` to its ranks ``pids``: their numbers are the template's
+        own, which differ from the caller's when the template runs in a sandbox's PID namespace."""
+        live = [pid for pid in pids if pid not in self.statuses]
+        if live:
             try:
-                os.kill(pid, sig)
-            except ProcessLookupError:
+                _wire.send(self._sock, SignalRanks(live, int(sig)))
+            except OSError:  # the template is gone, and its ranks with it
                 pass
 
     def close(self) -> None:

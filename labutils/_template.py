@@ -20,7 +20,7 @@ import socket
 import sys
 
 from labutils import _wire
-from labutils.messages import RankExited, Spawn, Spawned, TemplateHello
+from labutils.messages import RankExited, SignalRanks, Spawn, Spawned, TemplateHello
 
 _PR_SET_PDEATHSIG = 1
 
@@ -73,6 +73,17 @@ def _reap(control: socket.socket, children: set) -> None:
             _wire.send(control, message)
         except OSError:
             pass
+
+
+def _signal(children: set, pids: list, sig: int) -> None:
+    """Send ``sig`` to those of ``pids`` that are this template's own ranks (the caller may live in
+    another PID namespace, where these numbers mean other processes: the template signals them)."""
+    for pid in pids:
+        if pid in children:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
 
 
 def _kill_all(children: set) -> None:
@@ -130,6 +141,8 @@ def main(fd: int) -> None:
                     pids = [_fork_rank(spec, control, wakeup_r, wakeup_w) for spec in message.specs]
                     children.update(pids)
                     _wire.send(control, Spawned(pids))
+                elif type(message) is SignalRanks:
+                    _signal(children, message.pids, message.signal)
         _reap(control, children)
 
 

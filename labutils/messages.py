@@ -16,6 +16,7 @@ Between the caller and the template (``labutils._template``)::
 
     template -> caller   TemplateHello(pid, torch_version, cuda_version, nccl_available)
     caller -> template   Spawn(specs)          template -> caller   Spawned(pids)
+    caller -> template   SignalRanks(pids, signal)   the template signals those of its ranks
     template -> caller   RankExited(pid, exitcode, signal)   whenever a rank ends
 
 ``context`` is what changed in the caller since the last call (cwd, notebook cell sources). ``call_id`` is None in a ``Failed`` sent while the process group initialises.
@@ -95,6 +96,11 @@ class Spawned(NamedTuple):
     pids: list
 
 
+class SignalRanks(NamedTuple):
+    pids: list
+    signal: int
+
+
 class RankExited(NamedTuple):
     pid: int
     exitcode: int | None
@@ -106,6 +112,7 @@ BY_KIND = {
     "hello": RankHello, "started": Started, "port": StorePort, "ready": Ready,
     "run": RunCall, "exec": ExecCell, "exit": Exit, "ok": Done, "err": Failed,
     "template_hello": TemplateHello, "spawn": Spawn, "spawned": Spawned, "exited": RankExited,
+    "signal_ranks": SignalRanks,
 }
 for _kind, _cls in BY_KIND.items():
     _cls.KIND = _kind

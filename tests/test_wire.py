@@ -14,7 +14,7 @@ EXAMPLES = [
     messages.ExecCell(8, "x = 1", "<distributed cell 1>", {}), messages.Exit(), messages.Done(7, b"result"),
     messages.Failed(7, None, "Traceback ...", "builtins.ValueError", "bad shape"),
     messages.TemplateHello(99, "2.13.0", None, False), messages.Spawn([{"rank": 0}]), messages.Spawned([11, 12]),
-    messages.RankExited(11, None, 9),
+    messages.RankExited(11, None, 9), messages.SignalRanks([11, 12], 10),
 ]
 
 
