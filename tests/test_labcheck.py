@@ -5,15 +5,13 @@ import json
 from pathlib import Path
 
 import pytest
+from lab_answers import lab_notebook as _notebook
+from lab_answers import release_with, solution_answers
 
 from labutils.cli import main as labutils_main
 
 ROOT = Path(__file__).resolve().parents[1]
 LABS = sorted(p.name for p in (ROOT / "solutions").iterdir() if p.is_dir())
-
-
-def _notebook(folder: str, lab: str) -> Path:
-    return next((ROOT / folder / lab).glob("*.ipynb"))
 
 
 def _check(path: Path, capsys) -> tuple[int, list[str]]:
@@ -34,25 +32,9 @@ def test_an_untouched_lab_fails_with_every_part_not_attempted(capsys):
     assert "0 of 5 parts pass their visible checks" in "\n".join(lines)
 
 
-def _with_answer(lab: str, grade_id: str, source: str, tmp_path: Path) -> Path:
-    """The released lab with one answer cell replaced by ``source``, written to tmp_path."""
-    notebook = json.loads(_notebook("labs", lab).read_text())
-    cells = [c for c in notebook["cells"] if c["metadata"].get("nbgrader", {}).get("grade_id") == grade_id]
-    assert len(cells) == 1, grade_id
-    cells[0]["source"] = source
-    path = tmp_path / f"{lab}.ipynb"
-    path.write_text(json.dumps(notebook))
-    return path
-
-
-def _solution_source(lab: str, grade_id: str) -> str:
-    notebook = json.loads(_notebook("solutions", lab).read_text())
-    cell = next(c for c in notebook["cells"] if c["metadata"].get("nbgrader", {}).get("grade_id") == grade_id)
-    return "".join(line for line in "".join(cell["source"]).splitlines(keepends=True) if "### " not in line)
-
-
 def test_one_part_written_passes_and_the_others_are_not_attempted(tmp_path, capsys):
-    path = _with_answer("lab02_collectives", "ring_basics", _solution_source("lab02_collectives", "ring_basics"), tmp_path)
+    answer = solution_answers("lab02_collectives")["ring_basics"]
+    path = release_with("lab02_collectives", {"ring_basics": answer}, tmp_path / "lab02_collectives.ipynb")
     status, lines = _check(path, capsys)
     parts = _part_lines(lines)
     assert status == 1
@@ -61,10 +43,10 @@ def test_one_part_written_passes_and_the_others_are_not_attempted(tmp_path, caps
 
 
 def test_a_wrong_answer_fails_with_the_check_message(tmp_path, capsys):
-    wrong = _solution_source("lab02_collectives", "ring_basics").replace(
-        "stop = start + base + (1 if index < extra else 0)", "stop = start + base")
-    assert wrong != _solution_source("lab02_collectives", "ring_basics")
-    status, lines = _check(_with_answer("lab02_collectives", "ring_basics", wrong, tmp_path), capsys)
+    right = solution_answers("lab02_collectives")["ring_basics"]
+    wrong = right.replace("stop = start + base + (1 if index < extra else 0)", "stop = start + base")
+    assert wrong != right
+    status, lines = _check(release_with("lab02_collectives", {"ring_basics": wrong}, tmp_path / "lab02.ipynb"), capsys)
     first = _part_lines(lines)[0]
     assert status == 1
     assert first.startswith("failed") and "Part 1" in first and "CheckFailed" in first, first

@@ -6,13 +6,13 @@ nbgrader_config.py makes it judge every cell.
 """
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from lab_answers import release_with, solution_answers
 
 ROOT = Path(__file__).resolve().parents[1]
 LAB = "lab02_collectives"
@@ -23,23 +23,6 @@ def _validate(notebook: Path) -> str:
     result = subprocess.run([sys.executable, "-m", "nbgrader", "validate", notebook.name], cwd=notebook.parent,
                             env=env, capture_output=True, text=True, timeout=600)
     return result.stdout + result.stderr
-
-
-def _completed_release(tmp_path: Path) -> Path:
-    """The released lab with every answer cell holding the solution's code (what a student who finished writes)."""
-    solution = json.loads((ROOT / "solutions" / LAB / f"{LAB}.ipynb").read_text())
-    answers = {c["metadata"]["nbgrader"]["grade_id"]: "".join(
-        line for line in "".join(c["source"]).splitlines(keepends=True) if "### " not in line)
-        for c in solution["cells"] if c["metadata"].get("nbgrader", {}).get("solution")}
-    release = json.loads((ROOT / "labs" / LAB / f"{LAB}.ipynb").read_text())
-    for cell in release["cells"]:
-        grade_id = cell["metadata"].get("nbgrader", {}).get("grade_id")
-        if grade_id in answers:
-            cell["source"] = answers[grade_id]
-    path = tmp_path / "done" / f"{LAB}.ipynb"
-    path.parent.mkdir()
-    path.write_text(json.dumps(release))
-    return path
 
 
 @pytest.mark.slow
@@ -54,5 +37,5 @@ def test_validate_fails_an_untouched_lab(tmp_path):
 
 @pytest.mark.slow
 def test_validate_passes_a_finished_lab(tmp_path):
-    report = _validate(_completed_release(tmp_path))
+    report = _validate(release_with(LAB, solution_answers(LAB), tmp_path / "done" / f"{LAB}.ipynb"))
     assert "Success! Your notebook passes all the tests." in report, report[-2000:]
