@@ -21,11 +21,26 @@ One module per concern, every name re-exported here:
 - ``utilisation``: model FLOPs per token, MFU (PaLM, arXiv:2204.02311, appendix B),
   scaling efficiency;
 - ``fit``: alpha and beta fitted to measured times;
+- ``comm_bound``: where each strategy becomes communication-bound (compute against
+  alpha-beta communication time; Austin et al., "How to Scale Your Model", 2025);
 - ``moe``: expert capacity and the load-balancing loss (Switch Transformer,
   arXiv:2101.03961; Megatron-LM moe_utils.py).
 """
 from labutils.costmodel._checks import GB
 from labutils.costmodel.collectives import COLLECTIVE_ALGORITHMS, collective_time, ring_bytes_per_rank
+from labutils.costmodel.comm_bound import (
+    CrossoverCurve,
+    StepCosts,
+    crossover_curve,
+    crossover_tokens,
+    dp_step_costs,
+    ep_min_expert_hidden,
+    ep_step_costs,
+    fsdp_step_costs,
+    pp_step_costs,
+    tp_step_costs,
+    tp_min_hidden,
+)
 from labutils.costmodel.fit import FIT_WEIGHTINGS, AlphaBetaFit, fit_alpha_beta
 from labutils.costmodel.moe import expert_capacity, load_balancing_loss
 from labutils.costmodel.utilisation import mfu, model_flops_per_token, scaling_efficiency
@@ -52,4 +67,15 @@ __all__ = [
     "fit_alpha_beta",
     "expert_capacity",
     "load_balancing_loss",
+    "StepCosts",
+    "CrossoverCurve",
+    "crossover_curve",
+    "crossover_tokens",
+    "dp_step_costs",
+    "fsdp_step_costs",
+    "tp_step_costs",
+    "pp_step_costs",
+    "ep_step_costs",
+    "tp_min_hidden",
+    "ep_min_expert_hidden",
 ]

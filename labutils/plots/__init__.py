@@ -91,6 +91,8 @@ from labutils.plots.tensor_parallel import (
     tp_layer_times,
     tp_sharding,
 )
+from labutils.plots.comm_bound import comm_vs_compute
+from labutils.plots.fp8 import fp8_scale_sweep
 from labutils.plots.strategy import (
     aux_loss_vs_skew,
     all_to_all_matrix,
@@ -170,4 +172,6 @@ __all__ = [
     "expert_load",
     "parallel_layout",
     "scaling_against_model",
+    "comm_vs_compute",
+    "fp8_scale_sweep",
 ]
