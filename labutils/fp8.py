@@ -265,7 +265,8 @@ def scaled_matmul(a: torch.Tensor, b: torch.Tensor, fmt="e4m3") -> tuple[torch.T
     if a.dim() != 2 or b.dim() != 2 or a.shape[1] != b.shape[0]:
         raise ValueError(f"need (m, k) @ (k, n) matrices, got {tuple(a.shape)} and {tuple(b.shape)}")
     if any(size % 16 for size in (*a.shape, b.shape[1])):
-        raise ValueError(f"torch._scaled_mm needs every dimension a multiple of 16, got {tuple(a.shape)} @ {tuple(b.shape)}")
+        raise ValueError(f"torch._scaled_mm needs every dimension a multiple of 16, "
+                         f"got {tuple(a.shape)} @ {tuple(b.shape)}")
     scale_a = amax_scale(float(a.abs().max()), fmt)
     scale_b = amax_scale(float(b.abs().max()), fmt)
     a8 = quantize(a, fmt, scale_a)

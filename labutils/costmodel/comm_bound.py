@@ -7,9 +7,10 @@ and what does not, in the alpha-beta model of :mod:`labutils.costmodel.collectiv
     comm     T_comm(D) = m alpha + (S0 + S1 D) beta
 
 ``D`` tokens on this GPU, ``F`` FLOP per token on this GPU, ``P`` its FLOP/s, ``m``
-message latencies paid per step, ``S0, S1`` bytes each rank sends per step and per token, ``alpha`` seconds per message, ``beta`` seconds per byte (1 / link
-bandwidth, per direction). The step is communication-bound where ``T_comm > T_comp``; the
-crossover (:func:`crossover_tokens`) is
+message latencies paid per step, ``S0, S1`` bytes each rank sends per step and per token,
+``alpha`` seconds per message, ``beta`` seconds per byte (1 / link bandwidth, per direction).
+The step is communication-bound where ``T_comm > T_comp``; the crossover
+(:func:`crossover_tokens`) is
 
     D* = (m alpha + S0 beta) / (F / P - S1 beta)
 
@@ -49,7 +50,7 @@ from labutils.costmodel.collectives import collective_time
 BF16_BYTES = 2
 #: FLOP per parameter and token of one training step: 2 forward, 4 backward
 TRAIN_FLOPS_PER_PARAM = 6
-#: (op, algorithm) of each strategy's collective, as in ``costmodel.collective_time``
+#: the algorithm of every collective here (``costmodel.collective_time``): the bandwidth-optimal ring
 _RING = "ring"
 
 
@@ -57,8 +58,9 @@ _RING = "ring"
 class StepCosts:
     """One GPU's compute and communication per step, split into per-step and per-token parts.
 
-    ``flops_per_token`` F (FLOP), ``messages_per_step`` m (alpha terms), ``bytes_per_step`` S0 and ``bytes_per_token`` S1 (bytes this rank sends,
-    beta terms), ``condition``: the alpha = 0 crossover in words, ``D`` the tokens.
+    ``flops_per_token`` F (FLOP), ``messages_per_step`` m (alpha terms), ``bytes_per_step``
+    S0 and ``bytes_per_token`` S1 (bytes this rank sends, beta terms), ``condition``: the
+    alpha = 0 crossover in words, ``D`` the tokens.
     """
 
     strategy: str
