@@ -98,6 +98,7 @@ from labutils.plots.strategy import (
     parallel_layout,
     scaling_against_model,
 )
+from labutils.plots.scale_memory import overlap_timeline, recompute_tradeoff
 
 __all__ = [
     "GB",
@@ -170,4 +171,6 @@ __all__ = [
     "expert_load",
     "parallel_layout",
     "scaling_against_model",
+    "overlap_timeline",
+    "recompute_tradeoff",
 ]
