@@ -95,9 +95,9 @@ def _ring_exchange(send: list[torch.Tensor], to_rank: int, from_rank: int, group
     receives cannot deadlock. Returns (the receive buffers, the requests to wait on).
     """
     received = [torch.empty_like(t) for t in send]
-    ops = [dist.P2POp(dist.isend, t, dist.get_global_rank(group, to_rank) if group else to_rank, group)
+    ops = [dist.P2POp(dist.isend, t, dist.get_global_rank(group, to_rank) if group is not None else to_rank, group)
            for t in send]
-    ops += [dist.P2POp(dist.irecv, t, dist.get_global_rank(group, from_rank) if group else from_rank, group)
+    ops += [dist.P2POp(dist.irecv, t, dist.get_global_rank(group, from_rank) if group is not None else from_rank, group)
             for t in received]
     return received, dist.batch_isend_irecv(ops)
 

@@ -41,7 +41,7 @@ def recompute_tradeoff(labels: Sequence[str], saved_bytes: Sequence[float], step
         ax.annotate(label, (seconds * 1e3, measured / 1e6), textcoords="offset points", xytext=(10, 6), fontsize=9)
     ax.set_xlabel("forward + backward time per step (ms, measured)")
     ax.set_ylabel("activations kept for backward (MB)")
-    ax.set_ylim(bottom=0)
+    ax.set_ylim(0, max(max(saved_bytes), max(formula_bytes)) / 1e6 * 1.2)
     ax.set_xlim(left=0, right=max(step_s) * 1e3 * 1.25)
     ax.grid(alpha=0.3)
     ax.set_title(title, fontsize=10)
@@ -51,20 +51,21 @@ def recompute_tradeoff(labels: Sequence[str], saved_bytes: Sequence[float], step
 
 def overlap_timeline(timelines: Mapping[str, object], *, title: str) -> Figure:
     """One panel per timeline (``fsdp_overlap.StepTimeline``): compute and link rows over
-    time (ms), forward/backward ops and all-gathers/reduce-scatters as bars, the exposed
-    communication in each panel's title."""
+    time (ms, each panel on its own scale), forward/backward ops and all-gathers/reduce-scatters
+    as bars, the exposed communication in each panel's title."""
     _require(len(timelines) > 0, "pass at least one timeline")
     fig = CourseFigure(figsize=(10, 1.9 * len(timelines) + 0.8), layout="constrained")
-    axes = fig.subplots(len(timelines), 1, sharex=True, squeeze=False)[:, 0]
+    axes = fig.subplots(len(timelines), 1, squeeze=False)[:, 0]
     for ax, (label, timeline) in zip(axes, timelines.items()):
         for interval in timeline.intervals:
             row = 1 if interval.resource == "compute" else 0
             color = _COMPUTE if row else (_COMM if interval.name.startswith("AG") else "#55a868")
             ax.barh(row, (interval.end_s - interval.start_s) * 1e3, left=interval.start_s * 1e3,
-                    color=color, edgecolor="white", linewidth=0.5)
+                    color=color, linewidth=0)
         ax.set_yticks([0, 1], ["link: all-gather (orange),\nreduce-scatter (green)", "compute: forward,\nbackward"])
         ax.set_title(f"{label}: step {timeline.total_s * 1e3:.1f} ms, compute {timeline.compute_s * 1e3:.1f} ms, "
                      f"communication exposed {timeline.exposed_comm_s * 1e3:.1f} ms", fontsize=9)
-    axes[-1].set_xlabel("time (ms)")
+        ax.set_xlim(0, timeline.total_s * 1e3)
+        ax.set_xlabel("time (ms)", fontsize=8)
     fig.suptitle(title, fontsize=10)
     return fig
