@@ -1,10 +1,10 @@
 """FSDP's overlap engineering under the alpha-beta model: prefetching and hybrid sharding.
 
-PyTorch FSDP (Zhao et al., arXiv:2304.11277, section 3.3) hides the parameter all-gathers
+PyTorch FSDP (Zhao et al., arXiv:2304.11277) hides the parameter all-gathers
 behind compute: while layer i computes, layer i+1's all-gather is already on the wire
 (forward prefetch), and in backward the next layer's all-gather is issued *before* the
 current layer's reduce-scatter (backward prefetch), so it does not queue behind it. Hybrid
-sharding (HSDP, section 3.2.2) shards within a node and replicates across nodes: the
+sharding (HSDP) shards within a node and replicates across nodes: the
 three per-layer collectives stay on the fast intra-node links and only a gradient
 all-reduce of one shard crosses the network.
 
