@@ -10,7 +10,7 @@ all-reduce of one shard crosses the network.
 
     from labutils import fsdp_overlap as fo
     plan = fo.layer_times(num_params=7e9, layers=32, tokens=4096, flops_per_s=0.5 * 989e12,
-                          gather_Bps=50e9)             # seconds per layer
+                          gather_Bps=50e9, world_size=32)     # seconds per layer
     fo.simulate_step(plan, prefetch=True).exposed_comm_s
     fo.sharding_comparison(7e9, nodes=4, gpus_per_node=8, intra_Bps=450e9, inter_Bps=50e9)
 
