@@ -9,6 +9,15 @@ from labutils import recompute
 S, B, H, A, LAYERS = 32, 2, 32, 4, 2
 
 
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tiny tensors: one thread, so OpenMP threads never wait on each other on a busy machine."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 def _run(mode, dtype=torch.bfloat16):
     torch.manual_seed(0)
     stack = recompute.LayerStack(LAYERS, H, A, mode).to(dtype)
