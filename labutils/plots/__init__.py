@@ -100,6 +100,7 @@ from labutils.plots.strategy import (
     parallel_layout,
     scaling_against_model,
 )
+from labutils.plots.scale_memory import overlap_timeline, recompute_tradeoff
 
 __all__ = [
     "GB",
@@ -174,4 +175,6 @@ __all__ = [
     "scaling_against_model",
     "comm_vs_compute",
     "fp8_scale_sweep",
+    "overlap_timeline",
+    "recompute_tradeoff",
 ]
