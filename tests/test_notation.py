@@ -80,18 +80,19 @@ _UNIT_SLASH = re.compile(rf"(?<![\w.]){_UNIT_BEFORE_SLASH}/[sB](?!\w)|\bI/O\b|\b
 
 #: (symbol, what it is in the course, pattern of a use for something else) where cheap to tell.
 SYMBOL_CLASH = (
-    ("N", "parameters", re.compile(
+    ("N", "the parameter count", re.compile(
         rf"{_symbol('N')}\s+(?:GPUs?|ranks?|devices|workers|processes|nodes|machines)\b")),
-    ("p", "the pipeline degree: ranks of a collective are n", re.compile(
+    ("p", "the pipeline degree (ranks of a collective are n)", re.compile(
         rf"{_symbol('p')}\s+(?:GPUs?|ranks?|processes|workers|devices)\b")),
-    ("P", "peak FLOP/s", re.compile(rf"{_symbol('P')}\s+(?:GPUs?|ranks?|processes|workers|devices)\b")),
-    ("T", "seconds", re.compile(rf"{_symbol('T')}\s+(?:tokens|ranks|GPUs)\b")),
-    ("t", "the tensor-parallel degree: time is T", re.compile(
+    ("P", "the peak FLOP/s", re.compile(rf"{_symbol('P')}\s+(?:GPUs?|ranks?|processes|workers|devices)\b")),
+    ("T", "a time in seconds", re.compile(rf"{_symbol('T')}\s+(?:tokens|ranks|GPUs)\b")),
+    ("t", "the tensor-parallel degree (time is T)", re.compile(
         rf"{_symbol('t')}\s+(?:seconds|s\b|microseconds|us\b)")),
-    ("n", "ranks in a collective: bytes are S", re.compile(rf"{_symbol('n')}\s+(?:bytes|B\b|elements|values)")),
-    ("S", "bytes of a buffer", re.compile(rf"{_symbol('S')}\s+(?:ranks|GPUs|stages|seconds)\b")),
-    ("k", "experts per token", re.compile(rf"{_symbol('k')}\s+(?:steps|iterations|ranks|GPUs)\b")),
-    ("s", "the sequence length", re.compile(rf"(?:stage|step)\s+{_symbol('s')}(?![\w'’])")),
+    ("n", "ranks in a collective (bytes are S)", re.compile(rf"{_symbol('n')}\s+(?:bytes|B\b|elements|values)")),
+    ("S", "the bytes of a buffer", re.compile(rf"{_symbol('S')}\s+(?:ranks|GPUs|stages|seconds)\b")),
+    ("k", "experts per token (top-k)", re.compile(rf"{_symbol('k')}\s+(?:steps|iterations|ranks|GPUs)\b")),
+    ("s, k or t", "the sequence length, experts per token, tensor-parallel degree (not an index)",
+     re.compile(r"(?<![\w.])(?:stage|step)\s+\$?[skt]\$?(?![\w'’])")),
 )
 #: Symbols that a cell may use for its own quantity when it speaks of what the word names.
 CLASH_CONTEXT = {"p": re.compile(r"pipeline|stage", re.IGNORECASE)}
@@ -145,7 +146,7 @@ def symbol_clashes(markdown: str) -> list[tuple[str, str]]:
         for symbol, meaning, pattern in SYMBOL_CLASH:
             context = CLASH_CONTEXT.get(symbol)
             if pattern.search(line) and not (context and context.search(markdown)):
-                hits.append((f"{symbol} is {meaning}", lines[number].strip()))
+                hits.append((f"{symbol} is reserved for {meaning}", lines[number].strip()))
     return hits
 
 
@@ -237,9 +238,10 @@ PROSE = [
 ]
 
 CLASHES = ["on p ranks the ring", "with N GPUs the model", "N ranks in all", "took t seconds",
-           "a message of n bytes", "on $N$ GPUs", "with $p$ ranks", "stage s holds", "after k steps"]
+           "a message of n bytes", "on $N$ GPUs", "with $p$ ranks", "stage s holds", "after k steps",
+           "stage $k$ runs at most $p - k$ forwards", "for step t = 1, 2"]
 NOT_CLASHES = ["on $n$ ranks the ring", "the $p$ stages, one per rank", "$N$ parameters and $d$ ranks",
-               "took $T$ seconds", "a message of $S$ bytes", "the `n` ranks of `group`", "stage $r$ holds",
+               "took $T$ seconds", "a message of $S$ bytes", "the `n` ranks of `group`", "stage $r$ holds", "step $j$ of the ring",
                "moves $S \\log_2 n$ bytes", "$p$ GPUs, one pipeline stage each"]
 
 
