@@ -2,9 +2,9 @@
 
 The notation table is in ``notebooks/00_start_here.ipynb`` ("Notation and units"). This test
 reads the markdown of every chapter, every lab's nbgrader source (``solutions/``) and every
-released lab (``labs/``), removes what is allowed to look like code or maths (fenced and
-indented code blocks, code spans, ``$...$`` and ``$$...$$``, link targets, HTML tags) and
-looks in what is left, the prose, for
+released lab (``labs/``), removes what is allowed to look like code or maths (fenced code
+blocks, code spans, ``$...$`` and ``$$...$$``, link targets, HTML tags) and looks in what is
+left, the prose, for
 
 - a plain-text formula (:data:`PLAIN_FORMULA`): ``2(n-1)/n``, ``x*y``, ``x^2``, ``sqrt(``,
   ``Psi`` or ``alpha`` spelled out, ``a <= b``, ``N = 64``, ``W_r``, ``2N`` ...;
@@ -30,7 +30,6 @@ NOTEBOOKS = sorted([*(ROOT / "notebooks").glob("*.ipynb"), *(ROOT / "solutions")
                     *(ROOT / "labs").glob("*/*.ipynb")])
 
 _FENCED = re.compile(r"^[ \t]*(```|~~~).*?^[ \t]*\1[^\n]*$", re.MULTILINE | re.DOTALL)
-_INDENTED = re.compile(r"(?:(?<=\n\n)|\A)(?:(?: {4}|\t)[^\n]*\n?)+")
 _DISPLAY_MATH = re.compile(r"(?<!\\)\$\$.+?(?<!\\)\$\$", re.DOTALL)
 _INLINE_MATH = re.compile(r"(?<![\\$])\$(?!\s)[^$\n]+?(?<![\s\\])\$(?!\d)")
 _CODE_SPAN = re.compile(r"(`+)(?!`).+?(?<!`)\1(?!`)", re.DOTALL)
@@ -98,43 +97,31 @@ SYMBOL_CLASH = (
 CLASH_CONTEXT = {"p": re.compile(r"pipeline|stage", re.IGNORECASE)}
 
 
-def prose(markdown: str) -> str:
-    """The markdown with code, maths, link targets and HTML blanked out (line numbers kept)."""
-    def blank(match: re.Match) -> str:
-        return re.sub(r"[^\n]", _BLANK, match.group(0))
-
-    text = _FENCED.sub(blank, markdown)
-    text = _INDENTED.sub(blank, text)
-    text = _CODE_SPAN.sub(blank, text)
-    text = _DISPLAY_MATH.sub(blank, text)
-    text = _INLINE_MATH.sub(blank, text)
-    text = _LINK_TARGET.sub(blank, text)
-    return _HTML.sub(blank, text)
+def _blank(match: re.Match) -> str:
+    """The match with every character but line ends replaced by a space."""
+    return re.sub(r"[^\n]", _BLANK, match.group(0))
 
 
 def without_code(markdown: str) -> str:
     """The markdown without code blocks, code spans, link targets and HTML: maths is kept."""
-    def blank(match: re.Match) -> str:
-        return re.sub(r"[^\n]", _BLANK, match.group(0))
+    text = _FENCED.sub(_blank, markdown)
+    text = _CODE_SPAN.sub(_blank, text)
+    return _HTML.sub(_blank, _LINK_TARGET.sub(_blank, text))
 
-    text = _FENCED.sub(blank, markdown)
-    text = _INDENTED.sub(blank, text)
-    text = _CODE_SPAN.sub(blank, text)
-    return _HTML.sub(blank, _LINK_TARGET.sub(blank, text))
+
+def prose(markdown: str) -> str:
+    """The markdown with code, maths, link targets and HTML blanked out (line numbers kept)."""
+    return _INLINE_MATH.sub(_blank, _DISPLAY_MATH.sub(_blank, without_code(markdown)))
 
 
 def plain_formulas(markdown: str) -> list[tuple[str, str]]:
     """(kind, line) for each plain-text formula in the prose of ``markdown``."""
     hits = []
-    lines = markdown.splitlines()
-    for number, line in enumerate(prose(markdown).splitlines()):
-        masked = _UNIT_SLASH.sub(lambda m: _BLANK * len(m.group(0)), line)
-        for name, pattern in PLAIN_FORMULA:
-            if pattern.search(masked):
-                hits.append((name, lines[number].strip()))
-    if "$" in prose(markdown).replace("\\$", ""):
-        hits.append(("unmatched $", next(line.strip() for line, rest in zip(lines, prose(markdown).splitlines())
-                                         if "$" in rest.replace("\\$", ""))))
+    for line, rest in zip(markdown.splitlines(), prose(markdown).splitlines()):
+        rest = _UNIT_SLASH.sub(_blank, rest)
+        hits += [(name, line.strip()) for name, pattern in PLAIN_FORMULA if pattern.search(rest)]
+        if "$" in rest.replace("\\$", ""):
+            hits.append(("unmatched $", line.strip()))
     return hits
 
 
@@ -228,7 +215,6 @@ PROSE = [
     "Adam (Kingma and Ba, arXiv:1412.6980), steps 1, 2 and 3; at most 4 in flight; 50% of peak",
     "rows $r \\cdot \\frac{out}{t}$ to $(r+1) \\cdot \\frac{out}{t} - 1$ of $W$",
     "an all-reduce costs 2 all-gathers' worth, 1.5x stage 2's traffic, 20 iterations (-n 20)",
-    "    indented code: y = x*w + b\n",
     "chapter 10.3, section 4.2, 1-2 days, pages 3-4, 8-bit and 16-bit, 2-way and 4-way",
     "a price of \\$5 per hour",
     "the alpha-beta model fitted to the timings, float32's machine epsilon",
