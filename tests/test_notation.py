@@ -273,7 +273,6 @@ PENDING = {
     "labs/lab03_data_parallel/lab03_data_parallel.ipynb": "1/N, N ranks, alpha spelled out",
     "solutions/lab04_zero/lab04_zero.ipynb": "K = 12, step t = 1, 2, ..., k steps",
     "labs/lab04_zero/lab04_zero.ipynb": "K = 12, step t = 1, 2, ..., k steps",
-    "notebooks/10_expert_3d_and_strategy.ipynb": "8 x 64 x 6 (TP x PP x DP)",
 }
 
 
