@@ -41,7 +41,7 @@ lab: $(STAMP)
 
 # The "Check my lab" button's JupyterLab extension, rebuilt from its source (labutils/data/check_button)
 # into labutils/data/jupyter/labextensions/labutils-check, which is committed: using the button
-# needs no node. Rebuilding needs node and npm (@jupyterlab/builder goes to build/check_button).
+# needs no node (source.sha256 there names the source it was built from; a test compares). Rebuilding needs node and npm (@jupyterlab/builder goes to build/check_button).
 LABEXT_SOURCE  := labutils/data/check_button
 LABEXT_BUILT   := labutils/data/jupyter/labextensions/labutils-check
 LABEXT_BUILDER := @jupyterlab/builder@4.5.11
@@ -51,6 +51,7 @@ labextension: $(STAMP)
 	rm -rf build/check_button/ext && cp -r $(LABEXT_SOURCE) build/check_button/ext
 	cd build/check_button/ext && node ../node_modules/@jupyterlab/builder/lib/build-labextension.js --core-path "$$($(abspath $(BIN))/python -c 'import jupyterlab, os; print(os.path.join(os.path.dirname(jupyterlab.__file__), "staging"))')" .
 	rm -rf $(LABEXT_BUILT) && mkdir -p $(dir $(LABEXT_BUILT)) && cp -r build/check_button/ext/labextension $(LABEXT_BUILT)
+	cd $(LABEXT_SOURCE) && find . -type f | LC_ALL=C sort | xargs sha256sum > $(CURDIR)/$(LABEXT_BUILT)/source.sha256
 
 # The students' copy (build/student and a .tar.gz): chapters, released labs, labutils; no
 # solution, hidden test or grader (the build fails if any text of theirs is in it).

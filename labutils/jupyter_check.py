@@ -34,6 +34,8 @@ from tornado import web
 from traitlets import Float
 from traitlets.config import Configurable
 
+#: The course's Jupyter configuration: point JUPYTER_CONFIG_PATH here (``make lab``, the hub).
+COURSE_JUPYTER_CONFIG = Path(__file__).resolve().parent / "data" / "jupyter"
 #: Seconds the check's process gets to shut its kernel down after SIGINT before SIGKILL.
 STOP_GRACE_S = 10.0
 #: Characters of output kept from each stream (a runaway cell could print megabytes).
@@ -129,7 +131,8 @@ class CheckHandler(APIHandler):
             return self._refuse(403, str(error))
         limits: LabCheck = self.settings["labutils_check"]
         command = check_command(notebook, limits.cell_timeout_s)
-        self._running = asyncio.ensure_future(run_check(command, notebook.parent, limits.timeout_s))
+        root = Path(self.settings["server_root_dir"])  # labutils check runs the notebook in its own folder
+        self._running = asyncio.ensure_future(run_check(command, root, limits.timeout_s))
         try:
             result = await self._running
         except asyncio.CancelledError:
