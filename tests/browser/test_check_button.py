@@ -1,7 +1,8 @@
 """The "Check my lab" button in a JupyterLab started as `make lab` starts it: on an untouched
 released lab it shows every part "not attempted" under a failing verdict; on the same lab filled
-with the solution's answers, every part passes. The entry is also in the Run menu and the
-command palette. Screenshots: test-artifacts/browser/check_button_*.png."""
+with the solution's answers, every part passes; on a notebook that is no lab, labutils check's
+own message. The same command is in the Run menu and the command palette.
+Screenshots: test-artifacts/browser/check_button_*.png."""
 from __future__ import annotations
 
 import pytest
@@ -51,32 +52,44 @@ def _wait_for_verdict(page) -> dict:
             "text": dialog.locator(".labutils-check").inner_text()}
 
 
-def test_the_button_shows_each_part_of_an_untouched_and_of_a_finished_lab(
-        page, lab_server, course_root, workspace, artifacts_dir):
-    """Two tabs, as a student with two labs open: the untouched lab checked from its toolbar
-    button, the finished one from the Run menu while the first check still runs."""
+def _open_tab(page, server, path: str, workspace: str) -> NotebookUI:
+    return NotebookUI.open(page.context.new_page(), server, path, workspace)
+
+
+def test_check_my_lab_from_the_toolbar_the_run_menu_and_the_palette(
+        page, lab_server, course_root, make_notebook, workspace, artifacts_dir):
+    """Three tabs, as a student with three notebooks open, each checked while the others run:
+    the untouched lab from its toolbar button, the finished one from the Run menu, a notebook
+    that is no lab from the command palette."""
     filled = release_with(LAB, solution_answers(LAB), course_root / "scratch" / LAB / f"{LAB}.ipynb")
     untouched = NotebookUI.open(page, lab_server, RELEASED, workspace)
     page.locator(BUTTON).click()
-    second_tab = page.context.new_page()
-    finished = NotebookUI.open(second_tab, lab_server, str(filled.relative_to(course_root)), f"{workspace}-filled")
+    page.locator(".jp-Dialog .labutils-check-verdict", has_text="Checking").wait_for()
+    untouched.screenshot(artifacts_dir / "check_button_running.png")
+    assert "Close stops the check" in page.locator(".jp-Dialog .labutils-check").inner_text()
+
+    finished = _open_tab(page, lab_server, str(filled.relative_to(course_root)), f"{workspace}-filled")
     finished.menu("Run", "Check my lab")
+    notes = _open_tab(page, lab_server, make_notebook("notes", ["print('no lab here')"]), f"{workspace}-notes")
+    notes.page.keyboard.press("Control+Shift+c")
+    notes.page.locator(".lm-CommandPalette-input").fill("Check my lab")
+    notes.page.keyboard.press("Enter")
 
     untouched_result = _wait_for_verdict(page)
     untouched.screenshot(artifacts_dir / "check_button_untouched.png")
-    assert untouched_result["title"].endswith(f"{LAB}.ipynb"), untouched_result
+    assert untouched_result["title"] == f"Check my lab: {LAB}.ipynb", untouched_result
     assert untouched_result["verdict"].startswith("Not every part passes"), untouched_result
     assert len(untouched_result["not attempted"]) == 5, untouched_result["text"]
     assert not untouched_result["passed"] and not untouched_result["failed"], untouched_result["text"]
     assert "0 of 5 parts pass their visible checks" in untouched_result["text"]
 
-    finished_result = _wait_for_verdict(second_tab)
+    finished_result = _wait_for_verdict(finished.page)
     finished.screenshot(artifacts_dir / "check_button_finished.png")
     assert finished_result["verdict"] == "Every part passes its visible checks.", finished_result["text"]
     assert len(finished_result["passed"]) == 5, finished_result["text"]
     assert "5 of 5 parts pass their visible checks" in finished_result["text"]
 
-    finished.accept_dialog("Close")
-    second_tab.keyboard.press("Control+Shift+c")
-    second_tab.locator(".lm-CommandPalette-input").fill("Check my lab")
-    assert "Check my lab" in second_tab.locator(".lm-CommandPalette-content").inner_text()
+    notes_result = _wait_for_verdict(notes.page)
+    notes.screenshot(artifacts_dir / "check_button_not_a_lab.png")
+    assert notes_result["verdict"] == "This notebook cannot be checked.", notes_result["text"]
+    assert "notes.ipynb is not a graded lab" in notes_result["text"]

@@ -108,8 +108,8 @@ function showProgress(body, started) {
     element(
       'p',
       'labutils-check-note',
-      'Saved. Every cell but the graded ones runs in a fresh kernel, as the grader runs them; ' +
-        'this takes a minute. Close stops the check.'
+      'Saved. Every cell but the hidden-test ones runs in a fresh kernel, as the grader runs ' +
+        'them; this takes a minute. Close stops the check.'
     )
   );
 }
