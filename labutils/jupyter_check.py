@@ -4,7 +4,7 @@
     POST {base_url}labutils/check   {"path": "labs/lab01_tensor_parallel/lab01_tensor_parallel.ipynb"}
     -> 200 {"path": ..., "command": "labutils check ...", "exit_code": 1, "timed_out": false,
             "stdout": "lab01_tensor_parallel.ipynb: 0 of 5 parts pass ...", "stderr": "...",
-            "seconds": 21.4}
+            "seconds": ...}   (seconds the check took)
 
 The path is relative to the server's root folder (as JupyterLab names files) and must stay
 inside it: an absolute path, ``..`` out of the root or a symbolic link leading out of it is
@@ -13,14 +13,16 @@ is ``labutils check``'s to say: its one-line message comes back in ``stderr`` wi
 
 The check runs as ``python -m labutils check PATH`` with the server's own interpreter, no
 shell, in its own process group. It is stopped (SIGINT, so it shuts its kernel down, then
-SIGKILL) after ``LabCheck.timeout_s`` seconds or when the browser drops the request (the
-dialog's Close button). The course's Jupyter configuration (``labutils/data/jupyter``)
-enables this extension; the button itself is the JupyterLab extension built from
-``labutils/data/check_button``.
+SIGKILL) after ``LabCheck.timeout_s`` seconds, when the browser drops the request (the
+dialog's Close button) and when the server exits. The course's Jupyter configuration
+(``labutils/data/jupyter``) enables this extension; the button itself is the JupyterLab
+extension built from ``labutils/data/check_button``.
 """
 from __future__ import annotations
 
 import asyncio
+import atexit
+import contextlib
 import json
 import os
 import signal
@@ -34,12 +36,16 @@ from tornado import web
 from traitlets import Float
 from traitlets.config import Configurable
 
+from labutils.labcheck import DEFAULT_CELL_TIMEOUT_S
+
 #: The course's Jupyter configuration: point JUPYTER_CONFIG_PATH here (``make lab``, the hub).
 COURSE_JUPYTER_CONFIG = Path(__file__).resolve().parent / "data" / "jupyter"
 #: Seconds the check's process gets to shut its kernel down after SIGINT before SIGKILL.
 STOP_GRACE_S = 10.0
 #: Characters of output kept from each stream (a runaway cell could print megabytes).
 MAX_OUTPUT_CHARS = 100_000
+#: Checks running now, by pid (each leads its own process group); stopped when the server exits.
+_RUNNING_CHECKS: set[int] = set()
 
 
 class LabCheck(Configurable):
@@ -47,8 +53,8 @@ class LabCheck(Configurable):
 
     timeout_s = Float(900.0, config=True,
                       help="seconds a whole `labutils check` run may take before it is stopped")
-    cell_timeout_s = Float(300.0, config=True,
-                           help="seconds one cell may run (labutils check --timeout; the grader allows 300)")
+    cell_timeout_s = Float(DEFAULT_CELL_TIMEOUT_S, config=True,
+                           help="seconds one cell may run (labutils check --timeout)")
 
 
 class NotebookOutsideRoot(ValueError):
@@ -86,6 +92,7 @@ async def run_check(command: list[str], cwd: Path, timeout_s: float) -> dict:
     process = await asyncio.create_subprocess_exec(
         *command, cwd=cwd, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE, start_new_session=True)
+    _RUNNING_CHECKS.add(process.pid)
     communicating = asyncio.ensure_future(process.communicate())
     timed_out = False
     try:
@@ -97,6 +104,8 @@ async def run_check(command: list[str], cwd: Path, timeout_s: float) -> dict:
     except asyncio.CancelledError:
         await stop(process)
         raise
+    finally:
+        _RUNNING_CHECKS.discard(process.pid)
     return {"exit_code": None if timed_out else process.returncode, "timed_out": timed_out,
             "stdout": stdout.decode(errors="replace")[-MAX_OUTPUT_CHARS:],
             "stderr": stderr.decode(errors="replace")[-MAX_OUTPUT_CHARS:],
@@ -113,6 +122,27 @@ async def stop(process: asyncio.subprocess.Process) -> None:
     except asyncio.TimeoutError:
         os.killpg(process.pid, signal.SIGKILL)
         await process.wait()
+
+
+def stop_running_checks() -> None:
+    """When the server exits: SIGINT every check still running (it shuts its kernel down), then
+    SIGKILL the process groups of those still there after ``STOP_GRACE_S`` seconds."""
+    for pid in list(_RUNNING_CHECKS):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGINT)
+    deadline = time.monotonic() + STOP_GRACE_S
+    while _RUNNING_CHECKS and time.monotonic() < deadline:
+        for pid in list(_RUNNING_CHECKS):
+            try:
+                ended = os.waitpid(pid, os.WNOHANG)[0] == pid
+            except ChildProcessError:  # already reaped
+                ended = True
+            if ended:
+                _RUNNING_CHECKS.discard(pid)
+        time.sleep(0.1)
+    for pid in _RUNNING_CHECKS:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGKILL)
 
 
 class CheckHandler(APIHandler):
@@ -169,4 +199,5 @@ def _load_jupyter_server_extension(serverapp):
     web_app.settings["labutils_check"] = LabCheck(parent=serverapp)
     route = url_path_join(web_app.settings["base_url"], "labutils", "check")
     web_app.add_handlers(".*$", [(route, CheckHandler)])
+    atexit.register(stop_running_checks)
     serverapp.log.info("labutils: the Check my lab button runs `labutils check` at %s", route)
