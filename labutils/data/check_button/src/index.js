@@ -61,7 +61,7 @@ async function requestCheck(path, signal) {
 /** [CSS class, headline] summing up a reply of the server. */
 function verdict(reply) {
   if (reply.timed_out) {
-    return ['labutils-check-failed', `The check was stopped after ${reply.seconds} s: a cell ran too long.`];
+    return ['labutils-check-failed', `The check was stopped after ${reply.seconds} s, the most one check may take.`];
   }
   if (reply.exit_code === 0) {
     return ['labutils-check-passed', 'Every part passes its visible checks.'];
