@@ -41,7 +41,8 @@ lab: $(STAMP)
 
 # The "Check my lab" button's JupyterLab extension, rebuilt from its source (labutils/data/check_button)
 # into labutils/data/jupyter/labextensions/labutils-check, which is committed: using the button
-# needs no node (source.sha256 there names the source it was built from; a test compares). Rebuilding needs node and npm (@jupyterlab/builder goes to build/check_button).
+# needs no node (source.sha256 there names the source it was built from; a test compares).
+# Rebuilding needs node and npm (@jupyterlab/builder is installed into build/check_button).
 LABEXT_SOURCE  := labutils/data/check_button
 LABEXT_BUILT   := labutils/data/jupyter/labextensions/labutils-check
 LABEXT_BUILDER := @jupyterlab/builder@4.5.11

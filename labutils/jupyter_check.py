@@ -120,7 +120,8 @@ async def stop(process: asyncio.subprocess.Process) -> None:
     try:
         await asyncio.wait_for(process.wait(), STOP_GRACE_S)
     except asyncio.TimeoutError:
-        os.killpg(process.pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):  # it may end at that very moment
+            os.killpg(process.pid, signal.SIGKILL)
         await process.wait()
 
 
