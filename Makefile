@@ -30,13 +30,29 @@ nightly: $(STAMP)
 
 # JupyterLab on the course. PORT and IP choose where it listens; BROWSER=0 starts no browser (a
 # remote node: open the printed address through an SSH tunnel, see README). The venv's commands
-# (labutils, course) are on the PATH of its terminals and notebooks' shell commands, and
-# nbgrader's Validate fails a lab with unwritten parts (labutils/data/jupyter).
+# (labutils, course) are on the PATH of its terminals and notebooks' shell commands, and the
+# course's configuration (labutils/data/jupyter) makes nbgrader's Validate fail a lab with
+# unwritten parts and adds the "Check my lab" button (labutils check on the open notebook).
 PORT    ?= 8888
 IP      ?= 127.0.0.1
 BROWSER ?= 1
 lab: $(STAMP)
 	env JUPYTER_CONFIG_PATH=$(CURDIR)/labutils/data/jupyter PATH=$(abspath $(BIN)):$$PATH $(BIN)/jupyter lab --notebook-dir=. --ip=$(IP) --port=$(PORT) --LabApp.default_url=/lab/tree/notebooks/00_start_here.ipynb $(if $(filter 0,$(BROWSER)),--no-browser,) $(if $(filter 0,$(shell id -u)),--allow-root,) notebooks/00_start_here.ipynb
+
+# The "Check my lab" button's JupyterLab extension, rebuilt from its source (labutils/data/check_button)
+# into labutils/data/jupyter/labextensions/labutils-check, which is committed: using the button
+# needs no node (source.sha256 there names the source it was built from; a test compares).
+# Rebuilding needs node and npm (@jupyterlab/builder is installed into build/check_button).
+LABEXT_SOURCE  := labutils/data/check_button
+LABEXT_BUILT   := labutils/data/jupyter/labextensions/labutils-check
+LABEXT_BUILDER := @jupyterlab/builder@4.5.11
+.PHONY: labextension
+labextension: $(STAMP)
+	test -f build/check_button/node_modules/@jupyterlab/builder/package.json || npm install --prefix build/check_button --no-audit --no-fund --no-save $(LABEXT_BUILDER)
+	rm -rf build/check_button/ext && cp -r $(LABEXT_SOURCE) build/check_button/ext
+	cd build/check_button/ext && node ../node_modules/@jupyterlab/builder/lib/build-labextension.js --core-path "$$($(abspath $(BIN))/python -c 'import jupyterlab, os; print(os.path.join(os.path.dirname(jupyterlab.__file__), "staging"))')" .
+	rm -rf $(LABEXT_BUILT) && mkdir -p $(dir $(LABEXT_BUILT)) && cp -r build/check_button/ext/labextension $(LABEXT_BUILT)
+	cd $(LABEXT_SOURCE) && find . -type f | LC_ALL=C sort | xargs sha256sum > $(CURDIR)/$(LABEXT_BUILT)/source.sha256
 
 # The students' copy (build/student and a .tar.gz): chapters, released labs, labutils; no
 # solution, hidden test or grader (the build fails if any text of theirs is in it).

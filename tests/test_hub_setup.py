@@ -1,8 +1,13 @@
-"""The course hub's set-up, without starting it: GPU policies, and what `course hub` refuses."""
+"""The course hub's set-up, without starting it: GPU policies, what `course hub` refuses, and the
+Jupyter configuration each server gets."""
 from __future__ import annotations
 
+import logging
+import os
 import socket
+import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -99,3 +104,33 @@ def test_nothing_is_created_when_a_check_fails(tmp_path, monkeypatch, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "no Unix account for nobody-here-1" in err[0], err
     assert not exchange.exists() and not (tmp_path / "build").exists()
+
+
+def _spawned_environment(tmp_path, monkeypatch, user: str) -> dict:
+    """The environment the hub's configuration gives ``user``'s server (roster: ana; teacher: ivy)."""
+    from traitlets.config.loader import PyFileConfigLoader
+
+    settings = _settings(tmp_path, f'students = ["ana"]\ninstructors = ["ivy"]\nexchange = "{tmp_path / "x"}"\n')
+    for name, value in {"COURSE_HUB_CONFIG": settings, "COURSE_HUB_STATE": tmp_path, "COURSE_HUB_PYTHON": sys.executable,
+                        "COURSE_HUB_PROXY": "configurable-http-proxy"}.items():
+        monkeypatch.setenv(name, str(value))
+    config = PyFileConfigLoader("jupyterhub_config.py", path=str(Path(start.__file__).parent)).load_config()
+    spawner = SimpleNamespace(user=SimpleNamespace(name=user), environment=dict(config.Spawner.environment),
+                              log=logging.getLogger("test"))
+    config.Spawner.pre_spawn_hook(spawner)
+    return spawner.environment
+
+
+def test_every_server_on_the_hub_gets_the_check_my_lab_button(tmp_path, monkeypatch):
+    from test_jupyter_check import button_setup
+
+    from labutils.jupyter_check import COURSE_JUPYTER_CONFIG
+
+    for user, own in (("ana", "student_config"), ("ivy", "instructor_config")):
+        folders = [Path(p) for p in _spawned_environment(tmp_path, monkeypatch, user)["JUPYTER_CONFIG_PATH"].split(os.pathsep)]
+        assert folders == [Path(start.__file__).parent / own, COURSE_JUPYTER_CONFIG], folders
+        setup = button_setup(folders)
+        assert setup["jpserver_extensions"]["labutils.jupyter_check"] is True, setup
+        assert setup["labextensions"] == {"labutils-check": COURSE_JUPYTER_CONFIG / "labextensions" / "labutils-check"}
+        if user == "ana":  # the student's own folder still switches the instructors' panels off
+            assert setup["jpserver_extensions"]["nbgrader.server_extensions.formgrader"] is False

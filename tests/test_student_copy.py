@@ -127,3 +127,16 @@ def test_the_command_reports_the_copy_and_the_archive(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "students' copy:" in out and "archive:" in out
     assert (tmp_path / "build" / "multigpu-course-student.tar.gz").exists()
+
+
+def test_the_copy_has_the_check_my_lab_button(copy_dir):
+    """The copy's `make lab` reads the copy's labutils/data/jupyter, which enables the button's
+    server side and holds the prebuilt button: no node, no build, no install step."""
+    from test_jupyter_check import button_setup
+
+    config = copy_dir / "labutils" / "data" / "jupyter"
+    setup = button_setup([config])
+    assert setup["jpserver_extensions"] == {"labutils.jupyter_check": True}
+    assert setup["labextensions"] == {"labutils-check": config / "labextensions" / "labutils-check"}
+    lab = next(line for line in (copy_dir / "Makefile").read_text().splitlines() if "$(BIN)/jupyter lab " in line)
+    assert "JUPYTER_CONFIG_PATH=$(CURDIR)/labutils/data/jupyter" in lab, lab

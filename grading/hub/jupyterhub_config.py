@@ -5,13 +5,16 @@ roster, the exchange folder and the GPU policy; ``COURSE_HUB_PYTHON`` is the Pyt
 course environment that every server runs. Each student's server gets
 ``CUDA_VISIBLE_DEVICES`` from ``grading.hub.gpus`` and the configuration in
 ``grading/hub/student_config`` (nbgrader's exchange, Validate on every cell, no instructors'
-panels); instructors get ``grading/hub/instructor_config`` and every GPU.
+panels); instructors get ``grading/hub/instructor_config`` and every GPU. Both then read the
+course's own configuration (``labutils/data/jupyter``, as ``make lab`` does): the "Check my
+lab" button and its server side.
 """
 import os
 import tomllib
 from pathlib import Path
 
 from grading.hub import gpus
+from labutils.jupyter_check import COURSE_JUPYTER_CONFIG
 
 hub_dir = Path(gpus.__file__).resolve().parent
 settings = tomllib.loads(Path(os.environ["COURSE_HUB_CONFIG"]).read_text())
@@ -45,10 +48,12 @@ c.Spawner.environment = {
 
 def configure_server(spawner):
     """Instructors: their nbgrader configuration and every GPU. Students: theirs (no instructors'
-    panels, Validate on every cell) and the GPUs the policy gives them."""
+    panels, Validate on every cell) and the GPUs the policy gives them. Everyone: the course's
+    configuration after their own (the Check my lab button)."""
     name = spawner.user.name
     role = "student" if name in roster else "instructor"
-    environment = {**spawner.environment, "JUPYTER_CONFIG_PATH": str(hub_dir / f"{role}_config")}
+    config_path = os.pathsep.join([str(hub_dir / f"{role}_config"), str(COURSE_JUPYTER_CONFIG)])  # first wins
+    environment = {**spawner.environment, "JUPYTER_CONFIG_PATH": config_path}
     if role == "instructor":
         spawner.environment = environment
         return
