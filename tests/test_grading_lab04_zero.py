@@ -13,6 +13,7 @@ from __future__ import annotations
 import ast
 
 import pytest
+import torch
 
 from graded_lab import GradedLab
 from grading.autograder.fixtures import apply_fixture, student_solution
@@ -129,3 +130,31 @@ def test_a_stage_2_that_calls_its_base_class_by_name_loses_nothing():
     verdict = engine.run_test("lab04_zero", "test_zero_stage2", list(objects), client.dumps(objects), {},
                               rank_timeout_s=30.0, backend="gloo", seed=5)
     assert verdict.passed and not verdict.judge_error, verdict.lines
+
+
+class _HidesState:
+    """An object that keeps 4-byte-per-value tensors in every place the memory walk must reach."""
+
+    class_cache = {}
+
+    def __init__(self, param):
+        self.params = [param]
+        self.named = {"m": torch.zeros(10)}                    # 40 bytes
+        self.nested = {"group": {"v": [torch.zeros(20)]}}      # 80 bytes, a dict of dicts of a list
+        hidden = torch.zeros(30)                                # 120 bytes, in a closure
+        self.reader = lambda: hidden
+        full = torch.zeros(100)                                 # 400 bytes behind a view of 5 values
+        self.view = full[:5]
+        param.stash = torch.zeros(7)                            # 28 bytes on a parameter's own attributes
+        _HidesState.class_cache[id(self)] = torch.zeros(11)     # 44 bytes in a class attribute
+
+
+def test_the_memory_walk_finds_tensors_under_any_name_and_leaves_out_the_parameters():
+    from grading.judge.held_memory import held_storages, storages_of
+
+    param = torch.nn.Parameter(torch.zeros(1000))
+    param.grad = torch.zeros(1000)
+    holder = _HidesState(param)
+    held = held_storages([holder], storages_of([param, param.grad]))
+    assert sorted(held.values()) == [28, 40, 44, 80, 120, 400]
+    assert sum(held_storages([holder], set()).values()) == 4000 + 712  # the parameter counts unless left out
