@@ -1,41 +1,68 @@
-"""Hidden tests of lab 4 (ZeRO): shard ranges and Adam, stage 1, stage 2.
+"""Hidden tests of lab 4 (ZeRO): shard ranges and AdamW, stage 1, stage 2, stage 3 (FSDP).
 
-Parts 2 and 3 run on 4 ranks, as one data-parallel group of 4 and as two groups of 2 ({0, 1}
-and {2, 3}, each with its own data), on parameter sets whose total size the group size does
-not divide (38 and 11 elements: uneven shards). Each rank gets its own gradients at each of 3
-steps; after the steps every rank's parameters must equal ``torch.optim.Adam`` run here, in
-float64, on the unsharded parameters with the mean gradient. The optimizer's ``exp_avg`` and
-``exp_avg_sq`` must hold this rank's shard only (2 x its shard size elements, and the buffers
-behind them at most 2 ceil(Psi / N)), and the collectives of a step are counted against
-``grading/reference/zero.py`` (``all_gather`` and ``all_gather_into_tensor`` count as one kind,
-so do the two reduce-scatters). Parts 2 and 3 run with the reference shard range and Adam update.
+Parts 2 to 4 run on 4 ranks, as one data-parallel group of 4 and as two groups of 2 ({0, 1}
+and {2, 3}, each with its own data), on models whose size the group size does not divide
+(uneven shards).
+
+Parts 2 and 3: each rank gets its own gradients at each of 3 steps, with two parameter groups
+of their own lr, betas and weight decay, and a frozen parameter; after step 2 the optimizer is
+rebuilt from its ``state_dict`` (a sharded checkpoint). After the steps every rank's parameters
+must equal ``torch.optim.AdamW`` run here, in float64, on the unsharded parameters with the mean
+gradient. The memory the optimizer holds is measured before the checkpoint and after the last
+step (``held_memory``: every tensor reachable from it, whatever its name, the parameters and
+their gradients left out) and must be m and v of this rank's shard: 2 x shard x 4 bytes per
+group, at most 2 slots (ceil(N / d)) + 64 bytes. The collectives of a step are counted against
+``grading/reference/zero.py``.
+
+Part 4: a two-unit MLP (Linear + GELU, Linear) wrapped in ``ShardedLayer`` runs forward and
+backward on each rank's own batch; outputs, input gradients and each unit's ``shard.grad``
+(the shard of the mean gradient) are compared with dense maths, then one AdamW step on the
+shards (the grader's ``adamw_update_``) with ``torch.optim.AdamW`` on the dense model; the
+collectives per phase are counted (an all-gather per unit in forward, an all-gather and a
+reduce-scatter per unit in backward); and between forward and backward the model and the
+autograd graph may hold the shards and the units' inputs and outputs, no full parameter
+(measured by ``held_memory``). Parts 2 to 4 run with the grader's Part 1. No rank calls
+``torch.optim`` (its methods import torch's compiler on first call: seconds per rank).
 """
 from __future__ import annotations
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 from grading.judge.engine import Case, TestSpec
+from grading.judge.held_memory import held_storages, storages_of
 from grading.judge.rankside import SubmissionProblem
-from grading.reference import zero
+from grading.reference import fsdp, zero
 
 WORLD_SIZE = 4
 DP_SIZES = (2, 4)
-STEPS, LR, BETAS, EPS = 3, 0.05, (0.9, 0.999), 1e-8
-_PARAMETER_SETS = {"a 5x3 + 5 + 3x5 + 3 MLP (38 values)": ((5, 3), (5,), (3, 5), (3,)),
-                   "a 7 + 2x2 model (11 values)": ((7,), (2, 2))}
+STEPS, LR, BETAS, EPS, WEIGHT_DECAY = 3, 0.05, (0.9, 0.999), 1e-8, 0.1
+#: The second parameter group's own hyperparameters (the first takes the optimizer's defaults).
+SECOND_GROUP = {"lr": 0.02, "betas": (0.8, 0.99), "weight_decay": 0.0}
+#: Bytes an optimizer or a model may hold beyond the exact shards (step counters, small scalars).
+SMALL_BYTES = 64
+#: name -> (shapes, which parameter group each belongs to, index of a frozen parameter or None).
+_PARAMETER_SETS = {"a 5x3 + 5 + 3x5 + 3 MLP (38 values; weights and biases in two groups)":
+                   (((5, 3), (5,), (3, 5), (3,)), (0, 1, 0, 1), None),
+                   "a 7 + 2x2 model (11 values) and a frozen 3-vector, one group":
+                   (((7,), (2, 2), (3,)), (0, 0, 0), 2)}
+HIDDEN, FFN, BATCH = 8, 16, 2
 
 REFERENCE = {
     "flat_shard_range": zero.flat_shard_range,
-    "adam_update_": zero.adam_update_,
+    "adamw_update_": zero.adamw_update_,
     "shard_slots": zero.shard_slots,
     "unslot": zero.unslot,
-    "ZeroStage1Adam": zero.ZeroStage1Adam,
-    "ZeroStage2Adam": zero.ZeroStage2Adam,
+    "ZeroStage1AdamW": zero.ZeroStage1AdamW,
+    "ZeroStage2AdamW": zero.ZeroStage2AdamW,
+    "ShardedLayer": fsdp.ShardedLayer,
 }
-_BASICS = ("flat_shard_range", "adam_update_", "shard_slots", "unslot")
+_BASICS = ("flat_shard_range", "adamw_update_", "shard_slots", "unslot")
 _SAME_KIND = {"all_gather_into_tensor": "all_gather", "_all_gather_base": "all_gather",
               "reduce_scatter_tensor": "reduce_scatter", "_reduce_scatter_base": "reduce_scatter"}
+_STATE = "bytes the optimizer holds (m and v of this rank's shard)"
+_HELD = "bytes held between forward and backward (shards and activations, no full parameter)"
 
 
 def _layout(size: int) -> str:
@@ -45,18 +72,29 @@ def _layout(size: int) -> str:
     return f"dp_size={size} (groups {groups})"
 
 
-def _dense_adam(params: list, grads_per_step: list) -> torch.Tensor:
-    """torch.optim.Adam in float64 on the unsharded parameters; the final parameters, flat."""
-    leaves = [p.detach().to(torch.float64).clone().requires_grad_(True) for p in params]
-    optimizer = torch.optim.Adam(leaves, lr=LR, betas=BETAS, eps=EPS)
+def _shard_lengths(numel: int, size: int) -> list:
+    """Elements of each rank's shard (torch.tensor_split's sizes)."""
+    return [numel // size + (1 if rank < numel % size else 0) for rank in range(size)]
+
+
+def _dense_adamw(param_groups: list, grads_per_step: list) -> list:
+    """torch.optim.AdamW in float64 on the unsharded parameters (``param_groups``: torch's, with
+    tensors); ``grads_per_step[step][i]`` is the gradient of the groups' parameter i, in the groups'
+    order (None: no gradient). The final parameters, in that order."""
+    leaves, groups = [], []
+    for group in param_groups:
+        params = [p.detach().to(torch.float64).clone().requires_grad_(True) for p in group["params"]]
+        leaves += params
+        groups.append({**group, "params": params})
+    optimizer = torch.optim.AdamW(groups, lr=LR, betas=BETAS, eps=EPS, weight_decay=WEIGHT_DECAY)
     for grads in grads_per_step:
         for leaf, grad in zip(leaves, grads):
-            leaf.grad = grad.to(torch.float64)
+            leaf.grad = None if grad is None else grad.to(torch.float64)
         optimizer.step()
-    return torch.cat([leaf.detach().reshape(-1) for leaf in leaves])
+    return [leaf.detach() for leaf in leaves]
 
 
-# ----- Part 1: shard ranges and the Adam update ----------------------------------------------------
+# ----- Part 1: shard ranges and the AdamW update ---------------------------------------------------
 
 _RANGES = ((38, 4), (11, 4), (38, 2), (3, 4), (12, 4))
 
@@ -64,8 +102,8 @@ _RANGES = ((38, 4), (11, 4), (38, 2), (3, 4), (12, 4))
 def _basics_cases(generator):
     cases = [Case(f"flat_shard_range({numel}, {n}, rank) for every rank", WORLD_SIZE,
                   {"kind": "range", "numel": numel, "n": n}, [{}]) for numel, n in _RANGES]
-    cases.append(Case(f"adam_update_ on a (4, 3) tensor, {STEPS} steps (lr={LR}), against torch.optim.Adam",
-                      WORLD_SIZE, {"kind": "adam"},
+    cases.append(Case(f"adamw_update_ on a (4, 3) tensor, {STEPS} steps (lr={LR}, weight_decay={WEIGHT_DECAY}), "
+                      "against torch.optim.AdamW", WORLD_SIZE, {"kind": "adamw"},
                       [{"param": torch.randn(4, 3, generator=generator),
                         "grads": torch.randn(STEPS, 4, 3, generator=generator)}]))
     return cases
@@ -74,12 +112,13 @@ def _basics_cases(generator):
 def _basics_expected(case, data):
     if case.params["kind"] == "range":
         bounds, start = [], 0
-        for part in torch.tensor_split(torch.arange(case.params["numel"]), case.params["n"]):
-            bounds.append((start, start + part.numel()))
-            start += part.numel()
+        for length in _shard_lengths(case.params["numel"], case.params["n"]):
+            bounds.append((start, start + length))
+            start += length
         out = torch.tensor(bounds, dtype=torch.float64)
     else:
-        out = _dense_adam([data["param"]], [[g] for g in data["grads"]])
+        (out,) = _dense_adamw([{"params": [data["param"]]}], [[g] for g in data["grads"]])
+        out = out.reshape(-1)
     return [{"out": out, "grads": {}} for _ in range(case.group_size)]
 
 
@@ -95,7 +134,7 @@ def _basics_run(objects, case, run):
     param = run.tensor("param")
     exp_avg, exp_avg_sq = torch.zeros_like(param), torch.zeros_like(param)
     for step, grad in enumerate(run.tensor("grads"), start=1):
-        objects["adam_update_"](param, grad, exp_avg, exp_avg_sq, step, LR, BETAS, EPS)
+        objects["adamw_update_"](param, grad, exp_avg, exp_avg_sq, step, LR, BETAS, EPS, WEIGHT_DECAY)
     return run.result(param.reshape(-1), None)
 
 
@@ -104,64 +143,92 @@ def _basics_run(objects, case, run):
 def _zero_cases(generator, stage: int):
     cases = []
     for size in DP_SIZES:
-        for description, shapes in _PARAMETER_SETS.items():
+        for description, (shapes, groups_of, frozen) in _PARAMETER_SETS.items():
             groups = []
             for _ in range(WORLD_SIZE // size):
                 data = {f"p{i}": torch.randn(*shape, generator=generator) for i, shape in enumerate(shapes)}
                 data.update({f"g{i}": torch.randn(STEPS, size, *shape, generator=generator)  # per step, per rank
-                             for i, shape in enumerate(shapes)})
+                             for i, shape in enumerate(shapes) if i != frozen})
                 groups.append(data)
-            cases.append(Case(f"ZeroStage{stage}Adam, {description}, {STEPS} steps (lr={LR}), {_layout(size)}", size,
-                              {"count": len(shapes)}, groups))
+            cases.append(Case(f"ZeroStage{stage}AdamW, {description}, {STEPS} steps (lr={LR}, "
+                              f"weight_decay={WEIGHT_DECAY}; second group {SECOND_GROUP}), state_dict reloaded "
+                              f"after step {STEPS - 1}, {_layout(size)}", size,
+                              {"count": len(shapes), "groups_of": groups_of, "frozen": frozen}, groups))
     return cases
 
 
+def _param_groups(params: list, case) -> list:
+    """The case's parameter groups: group 0 takes the optimizer's defaults, group 1 ``SECOND_GROUP``."""
+    groups = [{"params": []}, {"params": [], **SECOND_GROUP}]
+    for param, index in zip(params, case.params["groups_of"]):
+        groups[index]["params"].append(param)
+    return [group for group in groups if group["params"]]
+
+
+def _trainable_numels(case, shapes: list) -> list:
+    """Trainable elements of each parameter group of the case."""
+    numels = [0, 0]
+    for i, (shape, index) in enumerate(zip(shapes, case.params["groups_of"])):
+        if i != case.params["frozen"]:
+            numels[index] += int(torch.Size(shape).numel())
+    return [n for n in numels if n]
+
+
 def _zero_expected(case, data):
-    count, size = case.params["count"], case.group_size
+    count, size, frozen = case.params["count"], case.group_size, case.params["frozen"]
     params = [data[f"p{i}"] for i in range(count)]
-    mean_grads = [[data[f"g{i}"][step].to(torch.float64).mean(0) for i in range(count)] for step in range(STEPS)]
-    out = _dense_adam(params, mean_grads)
-    numel = out.numel()
-    per_rank = []
-    for rank in range(size):
-        shard = len(torch.tensor_split(torch.arange(numel), size)[rank])
-        per_rank.append({"out": out, "grads": {},
-                         "values": {"optimizer state elements (exp_avg + exp_avg_sq)":
-                                    torch.tensor([2.0 * shard], dtype=torch.float64)}})
-    return per_rank
+    mean_grads = [[None if i == frozen else data[f"g{i}"][step].to(torch.float64).mean(0) for i in range(count)]
+                  for step in range(STEPS)]
+    order = [i for g in _param_groups(list(range(count)), case) for i in g["params"]]  # the groups' order
+    final = _dense_adamw(_param_groups(params, case), [[grads[i] for i in order] for grads in mean_grads])
+    by_index = dict(zip(order, final))
+    out = torch.cat([by_index[i].reshape(-1) for i in range(count)])
+    numels = _trainable_numels(case, [p.shape for p in params])
+    return [{"out": out, "grads": {},
+             "values": {_STATE: torch.tensor([float(sum(8 * _shard_lengths(n, size)[rank] for n in numels))],
+                                             dtype=torch.float64)}} for rank in range(size)]
 
 
-def _state_elements(optimizer, numel: int, size: int) -> torch.Tensor:
-    """Elements of exp_avg and exp_avg_sq; SubmissionProblem if the buffers behind them (views
-    included, a buffer they share counted once) hold more than two slots (2 ceil(Psi / N)): the
-    state of every parameter would still be held."""
-    slot = -(-numel // size)
-    held = {}
-    for name in ("exp_avg", "exp_avg_sq"):
-        state = getattr(optimizer, name, None)
-        if not isinstance(state, torch.Tensor):
-            raise SubmissionProblem(f"the optimizer has no tensor attribute {name}: keep Adam's state there, flat")
-        storage = state.untyped_storage()
-        held[storage.data_ptr()] = storage.nbytes() // max(1, state.element_size())
-    if sum(held.values()) > 2 * slot:
-        raise SubmissionProblem(f"exp_avg and exp_avg_sq are views into buffers of {sum(held.values())} elements: "
-                                f"the rank holds state for more than its shard (at most 2 ceil(Psi / N) = {2 * slot})")
-    return torch.tensor([float(optimizer.exp_avg.numel() + optimizer.exp_avg_sq.numel())], dtype=torch.float64)
+def _state_bytes(optimizer, params: list, case, run):
+    """The optimizer's measured bytes (a tensor equal to the shards' 2 x shard x 4 bytes when within
+    2 slots + SMALL_BYTES of them), or a string saying how much more (or less) it holds."""
+    held = held_storages([optimizer], storages_of(params + [p.grad for p in params]))
+    measured = sum(held.values())
+    numels = _trainable_numels(case, [p.shape for p in params])
+    exact = sum(8 * _shard_lengths(n, run.group_size)[run.group_rank] for n in numels)
+    most = sum(8 * -(-n // run.group_size) for n in numels) + SMALL_BYTES
+    if exact <= measured <= most:
+        return torch.tensor([float(exact)], dtype=torch.float64)
+    if measured < exact:
+        return (f"the optimizer holds {measured} bytes of tensors besides the parameters and their gradients, "
+                f"less than m and v of this rank's shard ({exact} bytes): where is Adam's state?")
+    return (f"the optimizer holds {measured} bytes of tensors besides the parameters and their gradients "
+            f"({len(held)} buffers, whatever their names), expected m and v of this rank's shard: {exact} bytes "
+            f"(at most {most}): it keeps state for more than its shard")
 
 
 def _zero_run(objects, case, run, stage: int):
-    count = case.params["count"]
-    params = [nn.Parameter(run.tensor(f"p{i}")) for i in range(count)]
-    optimizer = objects[f"ZeroStage{stage}Adam"](params, run.group, lr=LR, betas=BETAS, eps=EPS)
-    grads = [run.tensor(f"g{i}") for i in range(count)]
+    count, frozen = case.params["count"], case.params["frozen"]
+    params = [nn.Parameter(run.tensor(f"p{i}"), requires_grad=i != frozen) for i in range(count)]
+    optimizer_class = objects[f"ZeroStage{stage}AdamW"]
+    make = lambda: optimizer_class(_param_groups(params, case), run.group, lr=LR, betas=BETAS, eps=EPS,  # noqa: E731
+                                   weight_decay=WEIGHT_DECAY)
+    optimizer = make()
+    grads = {i: run.tensor(f"g{i}") for i in range(count) if i != frozen}
     for step in range(STEPS):
-        for param, grad in zip(params, grads):
-            param.grad = grad[step][run.group_rank].clone()
+        if step == STEPS - 1:  # a sharded checkpoint: this rank's state, into a fresh optimizer
+            held_before = _state_bytes(optimizer, params, case, run)
+            saved = optimizer.state_dict()
+            optimizer = make()
+            optimizer.load_state_dict(saved)
+            del saved
+        for i, grad in grads.items():
+            params[i].grad = grad[step][run.group_rank].clone()
         with run.phase("step"):
             optimizer.step()
     result = run.result(torch.cat([p.detach().reshape(-1) for p in params]), None)
-    numel = sum(p.numel() for p in params)
-    result["values"] = {"optimizer state elements (exp_avg + exp_avg_sq)": _state_elements(optimizer, numel, run.group_size)}
+    held_after = _state_bytes(optimizer, params, case, run)
+    result["values"] = {_STATE: held_before if isinstance(held_before, str) else held_after}
     result["comm"]["step"] = {_SAME_KIND.get(op, op): calls for op, calls in result["comm"]["step"].items()}
     return result
 
@@ -182,12 +249,121 @@ def _stage2_run(objects, case, run):
     return _zero_run(objects, case, run, 2)
 
 
+# ----- Part 4: ZeRO-3, parameters sharded per layer ----------------------------------------------------
+
+def _units(weights: dict) -> list:
+    """The dense units (Linear(HIDDEN, FFN) + GELU, Linear(FFN, HIDDEN)) holding ``weights``."""
+    units = [nn.Sequential(nn.Linear(HIDDEN, FFN), nn.GELU()), nn.Linear(FFN, HIDDEN)]
+    with torch.no_grad():
+        for unit, index in zip(units, (0, 1)):
+            linear = unit[0] if isinstance(unit, nn.Sequential) else unit
+            linear.weight.copy_(weights[f"w{index}"])
+            linear.bias.copy_(weights[f"b{index}"])
+    return units
+
+
+def _zero3_cases(generator):
+    cases = []
+    for size in DP_SIZES:
+        groups = []
+        for _ in range(WORLD_SIZE // size):
+            data = {"w0": torch.randn(FFN, HIDDEN, generator=generator) / HIDDEN**0.5,
+                    "b0": torch.randn(FFN, generator=generator),
+                    "w1": torch.randn(HIDDEN, FFN, generator=generator) / FFN**0.5,
+                    "b1": torch.randn(HIDDEN, generator=generator)}
+            data.update(x=torch.randn(size, BATCH, HIDDEN, generator=generator),
+                        dout=torch.randn(size, BATCH, HIDDEN, generator=generator))
+            groups.append(data)
+        cases.append(Case(f"ShardedLayer units [Linear({HIDDEN}, {FFN}) + GELU, Linear({FFN}, {HIDDEN})], "
+                          f"{BATCH} rows per rank, forward, backward, one AdamW step on the shards "
+                          f"(lr={LR}, weight_decay={WEIGHT_DECAY}), {_layout(size)}", size, {}, groups))
+    return cases
+
+
+def _zero3_expected(case, data):
+    size = case.group_size
+    leaves = [data[name].to(torch.float64).requires_grad_(True) for name in ("w0", "b0", "w1", "b1")]
+    outs, dxs, grads = [], [], [torch.zeros_like(leaf) for leaf in leaves]
+    for rank in range(size):
+        x = data["x"][rank].to(torch.float64).requires_grad_(True)
+        out = F.linear(F.gelu(F.linear(x, leaves[0], leaves[1])), leaves[2], leaves[3])
+        dx, *param_grads = torch.autograd.grad(out, [x] + leaves, data["dout"][rank].to(torch.float64))
+        for total, grad in zip(grads, param_grads):
+            total += grad / size
+        dxs.append(dx)
+        outs.append(out.detach())
+    final = _dense_adamw([{"params": leaves}], [grads])
+    flat = lambda tensors: [torch.cat([t.reshape(-1) for t in tensors[i:i + 2]]) for i in (0, 2)]  # noqa: E731
+    flat_grads, flat_final = flat(grads), flat(final)
+    expected = []
+    for rank in range(size):
+        shards = [[f.tensor_split(size)[rank] for f in flats] for flats in (flat_grads, flat_final)]
+        numels = [f.numel() for f in flat_final]
+        expected.append({"out": outs[rank], "dx": dxs[rank],
+                         "grads": {f"unit {u}'s shard": shards[0][u] for u in (0, 1)},
+                         "values": {"shards after the AdamW step": torch.cat(shards[1]),
+                                    _HELD: torch.tensor([float(sum(4 * _shard_lengths(n, size)[rank]
+                                                                   for n in numels))], dtype=torch.float64)}})
+    return expected
+
+
+def _shard_of(unit, index: int) -> torch.Tensor:
+    shard = getattr(unit, "shard", None)
+    if not isinstance(shard, nn.Parameter):
+        raise SubmissionProblem(f"ShardedLayer of unit {index} has no nn.Parameter `shard` (this rank's flat shard)")
+    return shard
+
+
+def _held_between(model, out, x, shards: list, run) -> torch.Tensor | str:
+    """The shards' bytes when the model and ``out``'s graph hold at most the shards (slots), the
+    units' inputs and outputs and ``SMALL_BYTES`` more, besides ``x`` and ``out``; else a string."""
+    held = sum(held_storages([model, out.grad_fn], storages_of([x, out])).values())
+    exact = sum(4 * s.numel() for s in shards)
+    activations = 4 * BATCH * 2 * (HIDDEN + FFN)  # each unit's input and output
+    slots = sum(4 * -(-n // run.group_size) for n in (FFN * (HIDDEN + 1), HIDDEN * (FFN + 1)))
+    most = slots + activations + SMALL_BYTES
+    if held <= most:
+        return torch.tensor([float(exact)], dtype=torch.float64)
+    return (f"between forward and backward the model and its autograd graph hold {held} bytes of tensors besides "
+            f"the input and output, more than the shards ({exact} bytes) and the units' activations "
+            f"({activations} bytes) could take (at most {most}): a gathered full parameter is still allocated")
+
+
+def _zero3_run(objects, case, run):
+    units = [objects["ShardedLayer"](unit, run.group) for unit in _units({k: run.tensor(k) for k in
+                                                                          ("w0", "b0", "w1", "b1")})]
+    model = nn.Sequential(*units)
+    shards = [_shard_of(unit, index) for index, unit in enumerate(units)]
+    x = run.tensor("x")[run.group_rank].requires_grad_(True)
+    with run.phase("forward"):
+        out = model(x)
+    held = _held_between(model, out, x, shards, run)
+    with run.phase("backward"):
+        out.backward(run.tensor("dout")[run.group_rank])
+    result = run.result(out, x.grad)
+    result["grads"] = {f"unit {u}'s shard": None if s.grad is None else s.grad.detach().clone()
+                       for u, s in enumerate(shards)}
+    with torch.no_grad():  # one AdamW step on each shard (the grader's adamw_update_, see the docstring)
+        for shard in shards:
+            if shard.grad is not None:
+                zeros = torch.zeros_like(shard)
+                zero.adamw_update_(shard, shard.grad, zeros, zeros.clone(), 1, LR, BETAS, EPS, WEIGHT_DECAY)
+    result["values"] = {"shards after the AdamW step": torch.cat([s.detach().reshape(-1) for s in shards]).clone(),
+                        _HELD: held}
+    for phase in ("forward", "backward"):
+        result["comm"][phase] = {_SAME_KIND.get(op, op): calls for op, calls in result["comm"][phase].items()}
+    return result
+
+
 #: grade_id of the hidden-test cell -> its test.
 TESTS = {
-    "test_shards_and_adam": TestSpec("Part 1: flat_shard_range and adam_update_", ("flat_shard_range", "adam_update_"),
-                                     (), _basics_cases, _basics_expected, _basics_run, WORLD_SIZE),
-    "test_zero_stage1": TestSpec("Part 2: ZeRO stage 1", ("ZeroStage1Adam",), _BASICS,
+    "test_shards_and_adamw": TestSpec("Part 1: flat_shard_range and adamw_update_", ("flat_shard_range",
+                                                                                     "adamw_update_"),
+                                      (), _basics_cases, _basics_expected, _basics_run, WORLD_SIZE),
+    "test_zero_stage1": TestSpec("Part 2: ZeRO stage 1", ("ZeroStage1AdamW",), _BASICS,
                                  _stage1_cases, _zero_expected, _stage1_run, WORLD_SIZE),
-    "test_zero_stage2": TestSpec("Part 3: ZeRO stage 2", ("ZeroStage2Adam",), _BASICS + ("ZeroStage1Adam",),
+    "test_zero_stage2": TestSpec("Part 3: ZeRO stage 2", ("ZeroStage2AdamW",), _BASICS + ("ZeroStage1AdamW",),
                                  _stage2_cases, _zero_expected, _stage2_run, WORLD_SIZE),
+    "test_zero_stage3": TestSpec("Part 4: ZeRO stage 3 (FSDP)", ("ShardedLayer",), _BASICS,
+                                 _zero3_cases, _zero3_expected, _zero3_run, WORLD_SIZE),
 }

@@ -19,7 +19,7 @@ from labutils.launch import launch
 from labutils.rank import device as rank_device
 
 __all__ = [
-    "CheckFailed", "adam_reference", "calls", "check_calls", "check_close", "check_equal",
+    "CheckFailed", "adam_reference", "adamw_reference", "calls", "check_calls", "check_close", "check_equal",
     "check_pipeline_schedule", "full_batch_gradients", "gradients", "load_shard", "local_backward",
     "messages", "on_rank", "replica", "small_integers",
 ]
@@ -143,6 +143,22 @@ def adam_reference(params: list, grads_per_step: list, *, lr: float, betas: tupl
     for grads in grads_per_step:
         for param, grad in zip(params, grads):
             param.grad = grad.clone()
+        optimizer.step()
+    return [p.detach() for p in params]
+
+
+def adamw_reference(param_groups: list, grads_per_step: list, **defaults) -> list:
+    """``torch.optim.AdamW(param_groups, **defaults)`` on copies of the unsharded parameters (groups as
+    torch takes them: dicts with "params" and their own lr, betas, eps, weight_decay), fed
+    ``grads_per_step[step][i]`` for the groups' i-th parameter in order (None: no gradient, as a
+    frozen one gets); the final parameters, in that order."""
+    groups = [{**group, "params": [p.detach().clone().requires_grad_(True) for p in group["params"]]}
+              for group in param_groups]
+    params = [p for group in groups for p in group["params"]]
+    optimizer = torch.optim.AdamW(groups, **defaults)
+    for grads in grads_per_step:
+        for param, grad in zip(params, grads):
+            param.grad = None if grad is None else grad.clone()
         optimizer.step()
     return [p.detach() for p in params]
 

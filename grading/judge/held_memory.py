@@ -1,0 +1,119 @@
+"""The bytes of tensor memory an object holds, measured by walking what it references, not by
+the names it keeps them under.
+
+``held_storages(roots, exclude)`` follows every reference from ``roots`` (attributes, containers,
+closures, default arguments, the globals of functions sent by value, bound methods, class
+attributes of the roots' own classes, and autograd graphs: a node's saved tensors, its context's
+attributes and the nodes it leads to) and returns each tensor storage it reaches once, by data
+pointer, with its size in bytes. Modules, classes and the globals of importable modules are not
+entered (they belong to the program, not to the object); storages in ``exclude`` (the
+parameters, their gradients, a layer's input and output) and meta tensors are not counted.
+"""
+from __future__ import annotations
+
+import gc
+import sys
+import types
+
+import torch
+
+#: Objects visited at most: a walk that reaches this many objects stops (and says so).
+MAX_OBJECTS = 200_000
+_NOT_ENTERED = (type, types.ModuleType, str, bytes, int, float, complex, bool, type(None))
+
+
+def storage_key(tensor: torch.Tensor) -> int | None:
+    """The data pointer of ``tensor``'s storage (None for a meta or storage-less tensor)."""
+    if tensor.device.type == "meta":
+        return None
+    try:
+        return tensor.untyped_storage().data_ptr()
+    except (RuntimeError, NotImplementedError):
+        return None
+
+
+def _is_live_module_namespace(namespace: dict) -> bool:
+    module = sys.modules.get(namespace.get("__name__", ""))
+    return module is not None and vars(module) is namespace
+
+
+def _function_references(function: types.FunctionType) -> list:
+    found = [cell.cell_contents for cell in function.__closure__ or () if _cell_filled(cell)]
+    found += [function.__defaults__, function.__kwdefaults__, function.__dict__]
+    if not _is_live_module_namespace(function.__globals__):  # a function sent by value: its own globals
+        found.append(function.__globals__)
+    return found
+
+
+def _cell_filled(cell) -> bool:
+    try:
+        cell.cell_contents
+    except ValueError:
+        return False
+    return True
+
+
+def _node_references(node) -> list:
+    """What an autograd graph node keeps: the nodes it leads to, its saved tensors, its context."""
+    found = [next_node for next_node, _ in getattr(node, "next_functions", ())]
+    for name in ("saved_tensors", "variable"):
+        try:
+            found.append(getattr(node, name))
+        except (RuntimeError, AttributeError):  # freed by a backward pass, or none
+            pass
+    for name in dir(node):
+        if name.startswith("_saved_"):
+            try:
+                found.append(getattr(node, name))
+            except RuntimeError:
+                pass
+    found.append(getattr(node, "__dict__", None))
+    return found
+
+
+def _class_attributes(roots: list) -> list:
+    """The attributes of the roots' classes that are not torch's or Python's own."""
+    found = []
+    for root in roots:
+        for klass in type(root).__mro__:
+            if not klass.__module__.split(".")[0] in ("torch", "builtins", "abc", "typing"):
+                found.extend(vars(klass).values())
+    return found
+
+
+def _references(obj) -> list:
+    if isinstance(obj, torch.Tensor):
+        return [getattr(obj, "__dict__", None)]
+    if isinstance(obj, types.FunctionType):
+        return _function_references(obj)
+    if hasattr(obj, "next_functions"):
+        return _node_references(obj)
+    return gc.get_referents(obj)
+
+
+def held_storages(roots: list, exclude: set) -> dict:
+    """{storage data pointer: bytes} of every tensor reachable from ``roots`` (see the module's
+    docstring), storages whose pointer is in ``exclude`` left out. RuntimeError past ``MAX_OBJECTS``."""
+    held: dict = {}
+    seen: set = set()
+    visited = []  # kept alive: the wrappers some attributes return are new objects, whose ids would be reused
+    stack = list(roots) + _class_attributes(roots)
+    while stack:
+        obj = stack.pop()
+        if obj is None or isinstance(obj, _NOT_ENTERED) or id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        visited.append(obj)
+        if len(seen) > MAX_OBJECTS:
+            raise RuntimeError(f"the object references more than {MAX_OBJECTS} objects: too many to measure")
+        if isinstance(obj, torch.Tensor):
+            key = storage_key(obj)
+            if key is not None and key not in exclude:
+                held[key] = obj.untyped_storage().nbytes()
+        stack.extend(_references(obj))
+    return held
+
+
+def storages_of(tensors) -> set:
+    """The storage data pointers of ``tensors`` (None entries skipped): what to exclude."""
+    return {key for key in (storage_key(t) for t in tensors if t is not None) if key is not None}
