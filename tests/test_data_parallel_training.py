@@ -114,3 +114,14 @@ def test_the_reference_wrapper_trains_like_one_process_on_3_ranks():
 def test_the_lab_solutions_wrapper_trains_like_one_process_on_2_ranks():
     namespace = GradedLab("lab03_data_parallel", rank_timeout_s=30.0).solution_namespace()
     _check_like_one_process(namespace["DataParallel"], 2)
+
+
+def test_check_gradients_wants_none_where_no_gradient_may_exist():
+    from labutils.checks.labs import CheckFailed, check_gradients
+
+    expected = {"fc.weight": torch.ones(2), "stem.weight": None}
+    check_gradients("step 1", {"fc.weight": torch.ones(2) + 1e-6, "stem.weight": None}, expected, rank=0)
+    with pytest.raises(CheckFailed, match=r"^step 1: stem\.weight on rank 1 has a gradient, expected None"):
+        check_gradients("step 1", {"fc.weight": torch.ones(2), "stem.weight": torch.zeros(2)}, expected, rank=1)
+    with pytest.raises(CheckFailed, match=r"^step 1: gradient of fc\.weight on rank 0: got None$"):
+        check_gradients("step 1", {"fc.weight": None, "stem.weight": None}, expected, rank=0)

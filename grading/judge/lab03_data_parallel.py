@@ -266,7 +266,7 @@ def _local_shard(run, tensor: torch.Tensor) -> torch.Tensor:
     return tensor.tensor_split(run.group_size)[run.group_rank]
 
 
-# ----- Part 3a: gradients through the wrapper ------------------------------------------------------
+# ----- Part 3, gradients through the wrapper ------------------------------------------------------
 
 _SYNC_MODELS = {False: "ReplicaMLP, head unused by every rank in both steps",
                 True: "ReplicaMLP with fc1 frozen, head unused in step 1 and used on group rank 0 only in step 2"}
@@ -274,7 +274,8 @@ _SYNC_MODELS = {False: "ReplicaMLP, head unused by every rank in both steps",
 
 def _sync_cases(generator):
     return [Case(f"DataParallel(bucket_cap_bytes={cap}), {_SYNC_MODELS[frozen]}, {_layout(size)}", size,
-                 {"cap": cap, "frozen_fc1": frozen}, [_replica_batch(generator, 2) for _ in range(WORLD_SIZE // size)])
+                 {"kind": "sync", "cap": cap, "frozen_fc1": frozen},
+                 [_replica_batch(generator, 2) for _ in range(WORLD_SIZE // size)])
             for size in DP_SIZES for frozen in (False, True) for cap in (120, 1000)]
 
 
@@ -310,11 +311,12 @@ def _sync_run(objects, case, run):
     return result
 
 
-# ----- Part 3b: replicas that start apart, accumulation under no_sync ---------------------------------
+# ----- Part 3, replicas that start apart, accumulation under no_sync ---------------------------------
 
 def _replicas_cases(generator):
     return [Case(f"DataParallel(bucket_cap_bytes={cap}), ranks starting from different parameters and buffer, "
-                 f"2 microbatches under no_sync() then 1 synchronised, {_layout(size)}", size, {"cap": cap},
+                 f"2 microbatches under no_sync() then 1 synchronised, {_layout(size)}", size,
+                 {"kind": "replicas", "cap": cap},
                  [_replica_batch(generator, 3) for _ in range(WORLD_SIZE // size)])
             for size in DP_SIZES for cap in (120, 1000)]
 
@@ -340,6 +342,18 @@ def _replicas_run(objects, case, run):
     result = run.result(None, None)
     result["values"] = {"the buffer input_scale": model.input_scale.detach().cpu().to(torch.float64)}
     return result
+
+
+def _wrapper_cases(generator):
+    return _sync_cases(generator) + _replicas_cases(generator)
+
+
+def _wrapper_expected(case, data):
+    return (_sync_expected if case.params["kind"] == "sync" else _replicas_expected)(case, data)
+
+
+def _wrapper_run(objects, case, run):
+    return (_sync_run if case.params["kind"] == "sync" else _replicas_run)(objects, case, run)
 
 
 # ----- Part 4: training ----------------------------------------------------------------------------
@@ -386,12 +400,8 @@ TESTS = {
                                        _average_cases, _grads_expected, _average_run, WORLD_SIZE),
     "test_buckets": TestSpec("Part 2: buckets", ("make_buckets", "all_reduce_bucket"), ("average_gradients",),
                              _bucket_cases, _bucket_expected, _bucket_run, WORLD_SIZE),
-    "test_data_parallel_sync": TestSpec("Part 3a: DataParallel, gradients", ("DataParallel",),
-                                        ("average_gradients",) + _BUCKETS,
-                                        _sync_cases, _sync_expected, _sync_run, WORLD_SIZE),
-    "test_data_parallel_replicas": TestSpec("Part 3b: DataParallel, replicas and no_sync", ("DataParallel",),
-                                            ("average_gradients",) + _BUCKETS,
-                                            _replicas_cases, _replicas_expected, _replicas_run, WORLD_SIZE),
+    "test_data_parallel": TestSpec("Part 3: DataParallel", ("DataParallel",), ("average_gradients",) + _BUCKETS,
+                                   _wrapper_cases, _wrapper_expected, _wrapper_run, WORLD_SIZE),
     "test_train_data_parallel": TestSpec("Part 4: train_data_parallel", ("train_data_parallel",),
                                          ("average_gradients", "DataParallel") + _BUCKETS,
                                          _train_cases, _train_expected, _train_run, WORLD_SIZE),
