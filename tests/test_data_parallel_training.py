@@ -125,3 +125,19 @@ def test_check_gradients_wants_none_where_no_gradient_may_exist():
         check_gradients("step 1", {"fc.weight": torch.ones(2), "stem.weight": torch.zeros(2)}, expected, rank=1)
     with pytest.raises(CheckFailed, match=r"^step 1: gradient of fc\.weight on rank 0: got None$"):
         check_gradients("step 1", {"fc.weight": None, "stem.weight": None}, expected, rank=0)
+
+
+def _second_backward_without_finish():
+    model = ReferenceDataParallel(FrozenStemNet(), dist.group.WORLD, BUCKET_CAP_BYTES)
+    x = torch.randn(4, 5)
+    model(x).sum().backward()
+    try:
+        model(x).sum().backward()
+    except RuntimeError as exc:
+        return str(exc)
+    return None
+
+
+def test_the_reference_wrapper_refuses_a_second_backward_before_finish():
+    (message,) = labutils.launch(_second_backward_without_finish, 1, backend="gloo")
+    assert message is not None and "a second backward before finish_gradient_synchronization()" in message

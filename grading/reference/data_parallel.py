@@ -105,7 +105,8 @@ class DataParallel(nn.Module):
     ``.grad`` None; one used on k >= 1 ranks gets (sum of the k gradients) / d on every rank, the
     gradient of the whole batch's loss (the other ranks' samples contribute zero to it).
     Inside ``no_sync()`` the hooks send nothing and gradients accumulate locally; the first
-    synchronised backward after it averages the accumulated sums.
+    synchronised backward after it averages the accumulated sums. A second synchronised backward
+    before ``finish_gradient_synchronization()`` raises: its gradients would be lost.
     """
 
     def __init__(self, module: nn.Module, group, bucket_cap_bytes: int = 25 * 2**20):
@@ -136,10 +137,15 @@ class DataParallel(nn.Module):
         self._waiting = [len(bucket) for bucket in self.buckets]  # gradients each bucket still waits for
         self._next_bucket = 0
         self._in_flight: list = []
+        self._marked_ready: set = set()  # id() of the parameters whose gradient arrived in this step
 
     def _on_gradient_ready(self, param: torch.Tensor) -> None:
         if not self._sync_gradients:
             return
+        if id(param) in self._marked_ready:
+            raise RuntimeError("a second backward before finish_gradient_synchronization(): call it after every "
+                               "synchronised backward, or run the earlier backward passes under no_sync()")
+        self._marked_ready.add(id(param))
         self._waiting[self._bucket_of[id(param)]] -= 1
         while self._next_bucket < len(self.buckets) and self._waiting[self._next_bucket] <= 0:
             self._start(self._next_bucket)
