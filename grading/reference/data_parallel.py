@@ -106,7 +106,7 @@ class DataParallel(nn.Module):
     gradient of the whole batch's loss (the other ranks' samples contribute zero to it).
     Inside ``no_sync()`` the hooks send nothing and gradients accumulate locally; the first
     synchronised backward after it averages the accumulated sums. A second synchronised backward
-    before ``finish_gradient_synchronization()`` raises: its gradients would be lost.
+    before ``finish_gradient_synchronization()`` raises: its gradients could be lost.
     """
 
     def __init__(self, module: nn.Module, group, bucket_cap_bytes: int = 25 * 2**20):
