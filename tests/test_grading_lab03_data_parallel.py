@@ -2,11 +2,11 @@
 parameter, one per bucket, and in the ``DataParallel`` wrapper buckets started during backward
 in order, the rest by finish_gradient_synchronization(), nothing under no_sync()); through real
 nbgrader (``grading.autograder.runner.grade_class``, what ``course grade`` runs) the solution
-scores full marks, the release zero, and two fixtures (gradients summed but not averaged,
-hooks on frozen parameters) lose exactly the parts they name; the other fixtures in tests/fixtures/lab03 are held to the same through the judge alone
-(no kernel), each on the tests whose graded objects it rewrites (every other test receives the
-solution's objects, or the reference's in their place, and the solution passes it), to keep
-this file near 90 s on 2 cores."""
+scores full marks, the release zero, and two fixtures (gradients summed but not averaged, hooks
+on frozen parameters) lose exactly the parts they name; the other fixtures in
+tests/fixtures/lab03 are held to the same through the judge alone (no kernel), each on the tests
+whose graded objects it rewrites (every other test receives the solution's objects, or the
+reference's in their place, and the solution passes it), to keep this file near 90 s on 2 cores."""
 from __future__ import annotations
 
 import ast
