@@ -6,7 +6,7 @@ scores full marks, the release zero, and two fixtures (gradients summed but not 
 on frozen parameters) lose exactly the parts they name; the other fixtures in
 tests/fixtures/lab03 are held to the same through the judge alone (no kernel), each on the tests
 whose graded objects it rewrites (every other test receives the solution's objects, or the
-reference's in their place, and the solution passes it), to keep this file near 90 s on 2 cores."""
+reference's in their place, and the solution passes it), to keep this file short."""
 from __future__ import annotations
 
 import ast
