@@ -1,53 +1,95 @@
 """Lab 3 (data parallelism) graded end to end: the reference makes DDP's all-reduces (one per
-parameter, one per bucket, buckets sent during backward and the unused head's by finish());
-through real nbgrader (``grading.autograder.runner.grade_class``, what ``course grade`` runs) the
-solution scores full marks, the release zero, and the fixtures of the issue's mistakes
-(gradients summed but not averaged, a bucket never flushed, unused parameters) lose exactly
-the parts they name; the other fixtures in tests/fixtures/lab03 are held to the same through
-the judge alone (no kernel), to keep this file near 90 s on 2 cores."""
+parameter, one per bucket, and in the ``DataParallel`` wrapper buckets started during backward
+in order, the rest by finish_gradient_synchronization(), nothing under no_sync()); through real
+nbgrader (``grading.autograder.runner.grade_class``, what ``course grade`` runs) the solution
+scores full marks, the release zero, and two fixtures (gradients summed but not averaged, hooks
+on frozen parameters) lose exactly the parts they name; the other fixtures in
+tests/fixtures/lab03 are held to the same through the judge alone (no kernel), each on the tests
+whose graded objects it rewrites (every other test receives the solution's objects, or the
+reference's in their place, and the solution passes it), to keep this file short."""
 from __future__ import annotations
+
+import ast
 
 import pytest
 
 from graded_lab import GradedLab
+from grading.judge import client, engine
 
 LAB = GradedLab("lab03_data_parallel", rank_timeout_s=30.0)
 #: The fixtures graded through nbgrader; the others go through the judge only.
-NBGRADER_FIXTURES = ("summed_not_averaged", "last_bucket_never_flushed", "unused_parameter_bucket_never_sent")
+NBGRADER_FIXTURES = ("summed_not_averaged", "hooks_on_frozen_parameters")
 pytestmark = pytest.mark.usefixtures("no_leftover_processes")
 
 
-#: What lab 3 asks for (PyTorch DDP's design, arXiv:2006.15704): one all-reduce per parameter (4 in TinyMLP), per bucket, and in
-#: the overlapped version 2 buckets sent during backward and 1 (the unused head's) by finish().
-def _expected_all_reduces(test: str, case) -> dict:
+def _wrapper_all_reduces(case, group_rank: int) -> dict:
+    """What DataParallel sends in the gradients test, derived by hand from ReplicaMLP's float32 sizes
+    (head.weight 96 B, head.bias 12 B, fc1.weight 192 B, fc1.bias 32 B, fc2.weight 96 B, fc2.bias 12 B;
+    buckets in reverse parameters() order, closed at >= cap bytes, started in order).
+
+    cap 120, all trainable: [fc2.bias, fc2.weight, fc1.bias] [fc1.weight] [head.bias, head.weight]: the
+    head is unused, so 2 buckets start during backward and its bucket in finish. fc1 frozen:
+    [fc2.bias, fc2.weight, head.bias] [head.weight]: the head's gradient holds bucket 0 back, so
+    everything waits for finish, except on group rank 0 in step 2, the one rank that uses the head.
+    cap 1000: one bucket, sent during backward only when every parameter got a gradient."""
+    frozen, cap = case.params["frozen_fc1"], case.params["cap"]
+    buckets = {(False, 120): 3, (True, 120): 2, (False, 1000): 1, (True, 1000): 1}[(frozen, cap)]
+    calls = {}
+    for step in (1, 2):
+        head_used = frozen and step == 2 and group_rank == 0
+        in_backward = buckets if head_used else (2 if (not frozen and cap == 120) else 0)
+        calls[f"step {step}: backward"] = {"all_reduce": in_backward} if in_backward else {}
+        rest = buckets - in_backward
+        calls[f"step {step}: finish_gradient_synchronization"] = {"all_reduce": rest} if rest else {}
+    return calls
+
+
+def _expected_all_reduces(test: str, case, group_rank: int) -> dict:
     if test == "test_average_gradients":
         return {"sync": {"all_reduce": 4}}
     if test == "test_buckets":
         return {"sync": {"all_reduce": {1: 4, 120: 2, 1000: 1}[case.params["cap"]]}}
-    in_backward = {(False, 120): 2, (False, 1000): 1, (True, 120): 2, (True, 1000): 0}
-    total = {(False, 120): 2, (False, 1000): 1, (True, 120): 3, (True, 1000): 1}
-    key = (case.params["unused_head"], case.params["cap"])
-    return {"backward": {"all_reduce": in_backward[key]} if in_backward[key] else {},
-            "finish": {"all_reduce": total[key] - in_backward[key]} if total[key] - in_backward[key] else {}}
+    if case.params["kind"] == "replicas":  # ReplicaMLP all used: 3 buckets at cap 120, 1 at 1000
+        return {"two backward passes under no_sync()": {},
+                "the synchronised backward and finish_gradient_synchronization":
+                    {"all_reduce": {120: 3, 1000: 1}[case.params["cap"]]}}
+    return _wrapper_all_reduces(case, group_rank)
 
 
-@pytest.mark.parametrize("test", ["test_average_gradients", "test_buckets", "test_overlapping_sync"])
+@pytest.mark.parametrize("test", ["test_average_gradients", "test_buckets", "test_data_parallel"])
 def test_the_reference_sends_what_ddp_does_and_the_solution_passes(test):
     cases, results = LAB.judge_the_solution(test)
-    for result in results:
+    for rank, result in enumerate(results):
         for case, reference in zip(cases, result["reference"]):
-            for phase, calls in _expected_all_reduces(test, case).items():
-                assert reference["comm"][phase] == calls, (case.name, phase)
+            for phase, calls in _expected_all_reduces(test, case, rank % case.group_size).items():
+                assert reference["comm"][phase] == calls, (case.name, rank, phase)
 
 
 def test_every_fixture_applies_to_todays_solution_and_names_real_test_cells():
     LAB.check_fixtures_apply_and_name_real_test_cells()
 
 
+def _tests_it_rewrites(fixture) -> dict:
+    """{test: spec} of the hidden tests that grade a function or class the fixture defines."""
+    defined = {node.name for _, _, text in fixture.edits for node in ast.parse(text).body
+               if isinstance(node, (ast.FunctionDef, ast.ClassDef))}
+    return {test: spec for test, spec in LAB.tests().items() if defined & set(spec.objects)}
+
+
 @pytest.mark.parametrize("name", [n for n in LAB.fixture_names() if n not in NBGRADER_FIXTURES])
 def test_through_the_judge_each_other_fixture_loses_exactly_its_parts(name):
-    assert LAB.losses_through_the_judge(name) == LAB.fixture(name).loses
+    fixture = LAB.fixture(name)
+    namespace = LAB.solution_namespace(name)
+    lost = set()
+    for test, spec in _tests_it_rewrites(fixture).items():
+        objects = {key: namespace[key] for key in spec.objects}
+        verdict = engine.run_test(LAB.name, test, list(objects), client.dumps(objects), {},
+                                  rank_timeout_s=LAB.rank_timeout_s, backend="gloo", seed=5)
+        assert not verdict.judge_error, verdict.lines
+        if not verdict.passed:
+            lost.add(test)
+    assert lost == fixture.loses
 
 
 def test_through_nbgrader_the_solution_scores_full_marks_the_release_zero_and_each_fixture_its_loss(tmp_path):
-    LAB.grade_through_nbgrader(tmp_path, NBGRADER_FIXTURES, max_points=15)
+    LAB.grade_through_nbgrader(tmp_path, NBGRADER_FIXTURES, max_points=16)

@@ -269,8 +269,6 @@ def test_every_notebook_is_read():
 #: Notebooks that still hold the plain formulas named here. Each one must still fail (strict
 #: xfail): once it is converted, its entry goes.
 PENDING = {
-    "solutions/lab03_data_parallel/lab03_data_parallel.ipynb": "1/N, N ranks, alpha spelled out",
-    "labs/lab03_data_parallel/lab03_data_parallel.ipynb": "1/N, N ranks, alpha spelled out",
 }
 
 

@@ -1,15 +1,16 @@
-"""Hidden tests of lab 3 (data parallelism): averaging, buckets, overlap with backward, training.
+"""Hidden tests of lab 3 (data parallelism): averaging, buckets, the ``DataParallel`` wrapper, training.
 
-Every test runs on 4 ranks, as one data-parallel group of 4 and as two groups of 2 ({0, 1}
-and {2, 3}, each with its own batch). Each rank computes the mean squared error of a small
-MLP on its contiguous 1/N of the batch; after synchronisation every rank's gradients must be
-the gradients of the mean loss over the whole batch (dense float64 maths here), and the
+Every test runs on 4 ranks, as one data-parallel group of d = 4 and as two groups of d = 2
+({0, 1} and {2, 3}, each with its own batch). Each rank computes the mean squared error of a
+small MLP on its contiguous 1/d of the batch; after synchronisation every rank's gradients must
+be the gradients of the mean loss over the whole batch (dense float64 maths here), and the
 all-reduces of each phase are counted against the reference in
-``grading/reference/data_parallel.py``. The overlapped test also uses a model with a head
-that the forward pass never uses (its bucket is never complete during backward), and runs
-two steps in a row (state must be reset). The training test starts each rank from different
-parameters and compares the parameters after 3 SGD steps with single-process training on
-the whole batch from rank 0's. Later parts run with the reference for the earlier ones.
+``grading/reference/data_parallel.py``. The wrapper's tests use a model with a frozen layer,
+a head that no rank uses in one step and only group rank 0 uses in the next (a gradient that
+must stay None, then one that must reach every rank), a buffer, ranks that start apart, and
+gradient accumulation under ``no_sync()``. The training test compares AdamW with weight decay
+through the wrapper with AdamW in one process on the whole batch. Later parts run with the
+reference for the earlier ones.
 """
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from grading.reference import data_parallel as dp
 WORLD_SIZE = 4
 DP_SIZES = (2, 4)
 IN_FEATURES, HIDDEN, OUT_FEATURES, BATCH = 6, 8, 3, 8
-STEPS, LR = 3, 0.1
+STEPS, LR, WEIGHT_DECAY, MICROBATCHES = 3, 0.01, 0.1, 2
 
 REFERENCE = {
     "average_gradients": dp.average_gradients,
@@ -31,8 +32,7 @@ REFERENCE = {
     "flatten_gradients": dp.flatten_gradients,
     "unflatten_into_gradients": dp.unflatten_into_gradients,
     "all_reduce_bucket": dp.all_reduce_bucket,
-    "OverlappingGradSync": dp.OverlappingGradSync,
-    "broadcast_parameters": dp.broadcast_parameters,
+    "DataParallel": dp.DataParallel,
     "train_data_parallel": dp.train_data_parallel,
 }
 _BUCKETS = ("make_buckets", "flatten_gradients", "unflatten_into_gradients", "all_reduce_bucket")
@@ -174,60 +174,224 @@ def _bucket_run(objects, case, run):
     return run.result(assignment, None)
 
 
-# ----- Part 3: overlapped with backward ----------------------------------------------------------
+# ----- Parts 3 and 4: the DataParallel wrapper --------------------------------------------------
 
-def _overlap_cases(generator):
-    cases = []
-    for size in DP_SIZES:
-        for unused_head in (False, True):
-            for cap in (120, 1000):
-                model = "TinyMLP with an unused head" if unused_head else "TinyMLP"
-                cases.append(Case(f"OverlappingGradSync(bucket_cap_bytes={cap}), {model}, two steps, {_layout(size)}",
-                                  size, {"cap": cap, "unused_head": unused_head},
-                                  [_batch(generator, unused_head) for _ in range(WORLD_SIZE // size)]))
-    return cases
+#: ReplicaMLP's parameters in parameters() order: the head is registered first, so that its
+#: bucket is the last one (backward reaches it last) and the others can start during backward.
+_REPLICA_SHAPES = {"head.weight": (OUT_FEATURES, HIDDEN), "head.bias": (OUT_FEATURES,),
+                   "fc1.weight": (HIDDEN, IN_FEATURES), "fc1.bias": (HIDDEN,),
+                   "fc2.weight": (OUT_FEATURES, HIDDEN), "fc2.bias": (OUT_FEATURES,)}
 
 
-def _overlap_run(objects, case, run):
-    model = _model(run, case.params["unused_head"])
-    sync = objects["OverlappingGradSync"](list(model.parameters()), run.group, case.params["cap"])
-    for _ in range(2):  # the second step must not see the first one's state
+class ReplicaMLP(nn.Module):
+    """fc2(tanh(fc1(x * input_scale))), plus head(tanh(...)) when ``use_head``; ``input_scale``
+    is a buffer (broadcast, never trained); ``frozen_fc1`` sets fc1's requires_grad to False."""
+
+    def __init__(self):
+        super().__init__()
+        self.head = nn.Linear(HIDDEN, OUT_FEATURES)
+        self.fc1 = nn.Linear(IN_FEATURES, HIDDEN)
+        self.fc2 = nn.Linear(HIDDEN, OUT_FEATURES)
+        self.register_buffer("input_scale", torch.ones(IN_FEATURES))
+
+    def forward(self, x, use_head: bool = False):
+        hidden = torch.tanh(self.fc1(x * self.input_scale))
+        return self.fc2(hidden) + self.head(hidden) if use_head else self.fc2(hidden)
+
+
+def _replica_batch(generator, microbatches: int) -> dict:
+    data = {name: torch.randn(*shape, generator=generator) * 0.5 for name, shape in _REPLICA_SHAPES.items()}
+    data["input_scale"] = 1 + torch.rand(IN_FEATURES, generator=generator)
+    data["x"] = torch.randn(microbatches, BATCH, IN_FEATURES, generator=generator)
+    data["y"] = torch.randn(microbatches, BATCH, OUT_FEATURES, generator=generator)
+    return data
+
+
+def _replica(run, frozen_fc1: bool, apart: bool) -> ReplicaMLP:
+    """This rank's ReplicaMLP; with ``apart`` every group rank but 0 starts from other parameters and buffer."""
+    offset = 0.5 * run.group_rank if apart else 0.0
+    model = ReplicaMLP().to(run.device)
+    run.load(model, {name: run.tensor(name) + offset for name in _REPLICA_SHAPES})
+    with torch.no_grad():
+        model.input_scale.copy_(run.tensor("input_scale") + offset)
+    if frozen_fc1:
+        model.fc1.requires_grad_(False)
+    return model
+
+
+def _dense_replica_gradients(data: dict, frozen: tuple, steps, head_rows: int) -> dict:
+    """{name: gradient or None} of the sum over ``steps`` of the whole batch's mean squared error,
+    float64; the head adds to the first ``head_rows`` rows of every batch (group rank 0's shard)."""
+    leaves = {name: data[name].to(torch.float64).clone().requires_grad_(name not in frozen) for name in _REPLICA_SHAPES}
+    total = 0
+    for step in steps:
+        x, y = data["x"][step].to(torch.float64), data["y"][step].to(torch.float64)
+        hidden = torch.tanh((x * data["input_scale"].to(torch.float64)) @ leaves["fc1.weight"].T + leaves["fc1.bias"])
+        out = hidden @ leaves["fc2.weight"].T + leaves["fc2.bias"]
+        if head_rows:
+            head = (hidden[:head_rows] @ leaves["head.weight"].T + leaves["head.bias"])
+            out = torch.cat([out[:head_rows] + head, out[head_rows:]])
+        total = total + ((out - y) ** 2).mean()
+    total.backward()
+    return {name: leaf.grad for name, leaf in leaves.items()}
+
+
+def _has_gradient(grads: dict) -> torch.Tensor:
+    return torch.tensor([float(grads[name] is not None) for name in _REPLICA_SHAPES], dtype=torch.float64)
+
+
+def _flat_gradients(grads: dict) -> torch.Tensor:
+    """The gradients that exist, back to back in ``_REPLICA_SHAPES`` order."""
+    present = [grads[name].reshape(-1) for name in _REPLICA_SHAPES if grads[name] is not None]
+    return torch.cat(present) if present else torch.zeros(0)
+
+
+def _replica_values(model) -> dict:
+    grads = {name: param.grad for name, param in model.named_parameters()}
+    missing = [name for name in _REPLICA_SHAPES if name not in grads]
+    if missing:
+        raise SubmissionProblem(f"the wrapped model lost its parameter {missing[0]}")
+    return {"parameters with a gradient (1) and without (0)": _has_gradient(grads),
+            "the gradients that exist": _flat_gradients(grads).detach().cpu().to(torch.float64)}
+
+
+def _wrapper(objects, model, run, cap: int):
+    wrapped = objects["DataParallel"](model, run.group, cap)
+    if not isinstance(wrapped, nn.Module):
+        raise SubmissionProblem(f"DataParallel(...) is a {type(wrapped).__name__}, expected an nn.Module")
+    return wrapped
+
+
+def _local_shard(run, tensor: torch.Tensor) -> torch.Tensor:
+    return tensor.tensor_split(run.group_size)[run.group_rank]
+
+
+# ----- Part 3, gradients through the wrapper ------------------------------------------------------
+
+_SYNC_MODELS = {False: "ReplicaMLP, head unused by every rank in both steps",
+                True: "ReplicaMLP with fc1 frozen, head unused in step 1 and used on group rank 0 only in step 2"}
+
+
+def _sync_cases(generator):
+    return [Case(f"DataParallel(bucket_cap_bytes={cap}), {_SYNC_MODELS[frozen]}, {_layout(size)}", size,
+                 {"kind": "sync", "cap": cap, "frozen_fc1": frozen},
+                 [_replica_batch(generator, 2) for _ in range(WORLD_SIZE // size)])
+            for size in DP_SIZES for frozen in (False, True) for cap in (120, 1000)]
+
+
+def _sync_expected(case, data):
+    frozen = ("fc1.weight", "fc1.bias") if case.params["frozen_fc1"] else ()
+    head_rows = BATCH // case.group_size if case.params["frozen_fc1"] else 0
+    first = _dense_replica_gradients(data, frozen, [0], 0)
+    second = _dense_replica_gradients(data, frozen, [1], head_rows)
+    values = {"after step 1, parameters with a gradient (1) and without (0)": _has_gradient(first),
+              "after step 1, the gradients that exist": _flat_gradients(first),
+              "parameters with a gradient (1) and without (0)": _has_gradient(second),
+              "the gradients that exist": _flat_gradients(second)}
+    grads = {name: grad for name, grad in second.items() if grad is not None}
+    return [{"grads": grads, "values": values} for _ in range(case.group_size)]
+
+
+def _sync_run(objects, case, run):
+    model = _replica(run, case.params["frozen_fc1"], apart=False)
+    wrapped = _wrapper(objects, model, run, case.params["cap"])
+    values = {}
+    for step in range(2):
         model.zero_grad(set_to_none=True)
-        with run.phase("backward"):
-            _local_backward(model, run)
-        with run.phase("finish"):
-            sync.finish()
-    return run.result(None, None)
+        use_head = case.params["frozen_fc1"] and step == 1 and run.group_rank == 0
+        x, y = _local_shard(run, run.tensor("x")[step]), _local_shard(run, run.tensor("y")[step])
+        with run.phase(f"step {step + 1}: backward"):
+            torch.nn.functional.mse_loss(wrapped(x, use_head=use_head), y).backward()
+        with run.phase(f"step {step + 1}: finish_gradient_synchronization"):
+            wrapped.finish_gradient_synchronization()
+        if step == 0:
+            values = {f"after step 1, {label}": value for label, value in _replica_values(model).items()}
+    result = run.result(None, None)
+    result["values"] = {**values, **_replica_values(model)}
+    return result
+
+
+# ----- Part 3, replicas that start apart, accumulation under no_sync ---------------------------------
+
+def _replicas_cases(generator):
+    return [Case(f"DataParallel(bucket_cap_bytes={cap}), ranks starting from different parameters and buffer, "
+                 f"2 microbatches under no_sync() then 1 synchronised, {_layout(size)}", size,
+                 {"kind": "replicas", "cap": cap},
+                 [_replica_batch(generator, 3) for _ in range(WORLD_SIZE // size)])
+            for size in DP_SIZES for cap in (120, 1000)]
+
+
+def _replicas_expected(case, data):
+    grads = _dense_replica_gradients(data, (), [0, 1, 2], BATCH)
+    values = {"the buffer input_scale": data["input_scale"].to(torch.float64)}
+    return [{"grads": grads, "values": values} for _ in range(case.group_size)]
+
+
+def _replicas_run(objects, case, run):
+    model = _replica(run, False, apart=True)  # only group rank 0 starts from the case's parameters
+    wrapped = _wrapper(objects, model, run, case.params["cap"])
+    x, y = run.tensor("x"), run.tensor("y")
+    with run.phase("two backward passes under no_sync()"):
+        with wrapped.no_sync():
+            for micro in range(2):
+                torch.nn.functional.mse_loss(wrapped(_local_shard(run, x[micro]), use_head=True),
+                                             _local_shard(run, y[micro])).backward()
+    with run.phase("the synchronised backward and finish_gradient_synchronization"):
+        torch.nn.functional.mse_loss(wrapped(_local_shard(run, x[2]), use_head=True), _local_shard(run, y[2])).backward()
+        wrapped.finish_gradient_synchronization()
+    result = run.result(None, None)
+    result["values"] = {"the buffer input_scale": model.input_scale.detach().cpu().to(torch.float64)}
+    return result
+
+
+def _wrapper_cases(generator):
+    return _sync_cases(generator) + _replicas_cases(generator)
+
+
+def _wrapper_expected(case, data):
+    return (_sync_expected if case.params["kind"] == "sync" else _replicas_expected)(case, data)
+
+
+def _wrapper_run(objects, case, run):
+    return (_sync_run if case.params["kind"] == "sync" else _replicas_run)(objects, case, run)
 
 
 # ----- Part 4: training ----------------------------------------------------------------------------
 
 def _train_cases(generator):
-    return [Case(f"train_data_parallel, {STEPS} SGD steps (lr={LR}), ranks starting from different parameters, "
-                 f"{_layout(size)}", size, {}, [_batch(generator, False, STEPS) for _ in range(WORLD_SIZE // size)])
+    return [Case(f"train_data_parallel, {STEPS} AdamW steps (lr={LR}, weight_decay={WEIGHT_DECAY}), "
+                 f"{MICROBATCHES} microbatches, fc1 frozen, head unused, ranks starting apart, {_layout(size)}",
+                 size, {}, [_replica_batch(generator, STEPS) for _ in range(WORLD_SIZE // size)])
             for size in DP_SIZES]
 
 
 def _train_expected(case, data):
-    weights = {name: w.to(torch.float64) for name, w in _weights(data, False).items()}
+    """AdamW in one process on the whole batch, float64: fc1 frozen, the head never used."""
+    model = ReplicaMLP().to(torch.float64)
+    model.load_state_dict({**{name: data[name] for name in _REPLICA_SHAPES}, "input_scale": data["input_scale"]})
+    model.fc1.requires_grad_(False)
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=LR, weight_decay=WEIGHT_DECAY)
     for step in range(STEPS):
-        grads = _dense_gradients(weights, data["x"][step], data["y"][step])
-        weights = {name: w - LR * grads[name] for name, w in weights.items()}
-    out = torch.cat([w.reshape(-1) for w in weights.values()])
+        optimizer.zero_grad(set_to_none=True)
+        ((model(data["x"][step].to(torch.float64)) - data["y"][step].to(torch.float64)) ** 2).mean().backward()
+        optimizer.step()
+    trained = dict(model.named_parameters())
+    out = torch.cat([trained[name].detach().reshape(-1) for name in _REPLICA_SHAPES])
     return [{"out": out, "grads": {}} for _ in range(case.group_size)]
 
 
 def _train_run(objects, case, run):
-    model = _model(run, False, offset=0.5 * run.group_rank)  # only rank 0 starts from the right parameters
+    model = _replica(run, True, apart=True)
     with run.phase("train"):
-        trained = objects["train_data_parallel"](model, run.tensor("x"), run.tensor("y"), LR, 120, run.group)
+        trained = objects["train_data_parallel"](model, run.tensor("x"), run.tensor("y"), LR, WEIGHT_DECAY,
+                                                 MICROBATCHES, 120, run.group)
     if not isinstance(trained, nn.Module):
         raise SubmissionProblem(f"train_data_parallel returned a {type(trained).__name__}, expected the model")
     final = dict(trained.named_parameters())
-    missing = [name for name in _shapes(False) if name not in final]
+    missing = [name for name in _REPLICA_SHAPES if name not in final]
     if missing:
         raise SubmissionProblem(f"the trained model has no parameter {missing[0]}")
-    return run.result(torch.cat([final[name].detach().reshape(-1) for name in _shapes(False)]), None)
+    return run.result(torch.cat([final[name].detach().reshape(-1) for name in _REPLICA_SHAPES]), None)
 
 
 #: grade_id of the hidden-test cell -> its test.
@@ -236,10 +400,9 @@ TESTS = {
                                        _average_cases, _grads_expected, _average_run, WORLD_SIZE),
     "test_buckets": TestSpec("Part 2: buckets", ("make_buckets", "all_reduce_bucket"), ("average_gradients",),
                              _bucket_cases, _bucket_expected, _bucket_run, WORLD_SIZE),
-    "test_overlapping_sync": TestSpec("Part 3: OverlappingGradSync", ("OverlappingGradSync",),
-                                      ("average_gradients",) + _BUCKETS,
-                                      _overlap_cases, _grads_expected, _overlap_run, WORLD_SIZE),
+    "test_data_parallel": TestSpec("Part 3: DataParallel", ("DataParallel",), ("average_gradients",) + _BUCKETS,
+                                   _wrapper_cases, _wrapper_expected, _wrapper_run, WORLD_SIZE),
     "test_train_data_parallel": TestSpec("Part 4: train_data_parallel", ("train_data_parallel",),
-                                         ("average_gradients", "OverlappingGradSync") + _BUCKETS,
+                                         ("average_gradients", "DataParallel") + _BUCKETS,
                                          _train_cases, _train_expected, _train_run, WORLD_SIZE),
 }

@@ -1,30 +1,36 @@
-"""Data parallelism: gradient averaging, in buckets, overlapped with backward (PyTorch DDP,
-Li et al., "PyTorch Distributed", arXiv:2006.15704; picotron data_parallel.py).
+"""Data parallelism: gradient averaging, in buckets, overlapped with backward, wrapped in an
+``nn.Module`` used like PyTorch's DistributedDataParallel (Li et al., "PyTorch Distributed",
+arXiv:2006.15704; picotron data_parallel.py).
 
-N replicas hold the same parameters; replica r computes g_r, the gradient of its mean loss on
-its 1/N of the batch. With equal shards the full batch's gradient is the mean
+d replicas hold the same parameters; replica r computes g_r, the gradient of its mean loss on
+its 1/d of the batch. With equal shards the full batch's gradient is the mean
 
-    g = (1/N) sum_r g_r          one all-reduce (SUM) then a division by N, never both an AVG and a division
+    g = (1/d) sum_r g_r          one all-reduce (SUM) then a division by d, never both an AVG and a division
 
 Three ways to send it, each faster than the last:
 
     per parameter       one all-reduce per tensor: many small messages, each paying the latency alpha
     in buckets          flatten about bucket_cap_bytes of gradients into one buffer per all-reduce
-    overlapped          a hook per parameter counts the gradients as backward produces them; a
-                        bucket's all-reduce starts (async) as soon as its last gradient is ready,
-                        while backward keeps computing the earlier layers' gradients
+    overlapped          a hook per trainable parameter counts the gradients as backward produces
+                        them; a bucket's all-reduce starts (async) as soon as it and every bucket
+                        before it are complete, while backward computes the earlier layers' gradients
 
 Buckets take parameters in reverse order of ``model.parameters()``, the order in which
-backward produces their gradients. A parameter that received no gradient (unused in this
-forward) would keep its bucket waiting forever: ``finish()`` flushes every bucket not yet
-sent, with zeros for missing gradients, as DDP's ``find_unused_parameters`` does.
+backward produces their gradients. ``DataParallel`` adds what a real model needs: frozen
+parameters (never hooked, never sent), parameters unused in a step (their bucket is flushed by
+``finish_gradient_synchronization``; one that no rank used keeps ``.grad`` None), buffers
+(broadcast with the parameters), and ``no_sync()`` for gradient accumulation.
 
 Every function takes its data-parallel ``group`` explicitly.
 """
 from __future__ import annotations
 
+import itertools
+from contextlib import contextmanager, nullcontext
+
 import torch
 import torch.distributed as dist
+import torch.nn as nn
 
 
 def _grad_or_zeros(param: torch.Tensor) -> torch.Tensor:
@@ -32,7 +38,7 @@ def _grad_or_zeros(param: torch.Tensor) -> torch.Tensor:
 
 
 def average_gradients(params, group) -> None:
-    """g <- (1/N) sum_r g_r for every parameter, one all-reduce each (a missing gradient counts as zero)."""
+    """g <- (1/d) sum_r g_r for every parameter, one all-reduce each (a missing gradient counts as zero)."""
     world_size = dist.get_world_size(group)
     for param in params:
         grad = _grad_or_zeros(param)
@@ -75,68 +81,121 @@ def all_reduce_bucket(bucket: list, group) -> None:
     unflatten_into_gradients(flat / dist.get_world_size(group), bucket)
 
 
-class OverlappingGradSync:
-    """Average gradients bucket by bucket while backward runs.
+def broadcast_parameters_and_buffers(module: nn.Module, group) -> None:
+    """Every rank of ``group`` takes group rank 0's parameters and buffers (frozen ones included:
+    replicas must be identical, not only in what they train). ``src`` is a global rank."""
+    source = dist.get_global_rank(group, 0)
+    for tensor in itertools.chain(module.parameters(), module.buffers()):
+        dist.broadcast(tensor.data, src=source, group=group)
 
-        sync = OverlappingGradSync(list(model.parameters()), group, bucket_cap_bytes)
-        loss.backward()          # hooks start each bucket's all-reduce (async) when it is complete
-        sync.finish()            # flush buckets left incomplete (unused parameters), wait, write .grad
+
+class DataParallel(nn.Module):
+    """``module`` replicated over ``group``: gradients averaged in buckets overlapped with backward.
+
+        model = DataParallel(module, group, bucket_cap_bytes)   # broadcast from group rank 0, hooks
+        loss_fn(model(x_local), y_local).backward()             # full buckets start their all-reduce
+        model.finish_gradient_synchronization()                 # flush, wait, write the averaged .grad
+        optimizer.step()
+
+    Buckets (``make_buckets``) hold only the parameters that require grad: a frozen parameter is
+    never hooked, never sent, and its ``.grad`` stays None. Buckets start in index order on every
+    rank (bucket i waits for buckets < i), so the ranks' all-reduces match even when a parameter
+    is used on some ranks only. Each bucket's flat buffer ends with one "used" flag per parameter
+    (1 if its ``.grad`` is set on this rank): after the SUM, a parameter that no rank used keeps
+    ``.grad`` None; one used on k >= 1 ranks gets (sum of the k gradients) / d on every rank, the
+    gradient of the whole batch's loss (the other ranks' samples contribute zero to it).
+    Inside ``no_sync()`` the hooks send nothing and gradients accumulate locally; the first
+    synchronised backward after it averages the accumulated sums. A second synchronised backward
+    before ``finish_gradient_synchronization()`` raises: its gradients could be lost.
     """
 
-    def __init__(self, params, group, bucket_cap_bytes: int):
-        self.group = group
-        self.buckets = make_buckets(params, bucket_cap_bytes)
+    def __init__(self, module: nn.Module, group, bucket_cap_bytes: int = 25 * 2**20):
+        super().__init__()
+        self.module, self.group = module, group
+        broadcast_parameters_and_buffers(module, group)
+        trainable = [param for param in module.parameters() if param.requires_grad]
+        self.buckets = make_buckets(trainable, bucket_cap_bytes)
         self._bucket_of = {id(param): index for index, bucket in enumerate(self.buckets) for param in bucket}
-        self._ready = [0] * len(self.buckets)
-        self._in_flight: dict = {}
-        for bucket in self.buckets:
-            for param in bucket:
-                param.register_post_accumulate_grad_hook(self._on_gradient_ready)
+        self._sync_gradients = True
+        self._reset()
+        for param in trainable:
+            param.register_post_accumulate_grad_hook(self._on_gradient_ready)
+
+    def forward(self, *args, **kwargs):
+        return self.module(*args, **kwargs)
+
+    @contextmanager
+    def no_sync(self):
+        """Backward passes inside the block only accumulate local gradients (no communication)."""
+        previous, self._sync_gradients = self._sync_gradients, False
+        try:
+            yield
+        finally:
+            self._sync_gradients = previous
+
+    def _reset(self) -> None:
+        self._waiting = [len(bucket) for bucket in self.buckets]  # gradients each bucket still waits for
+        self._next_bucket = 0
+        self._in_flight: list = []
+        self._marked_ready: set = set()  # id() of the parameters whose gradient arrived in this step
 
     def _on_gradient_ready(self, param: torch.Tensor) -> None:
-        index = self._bucket_of[id(param)]
-        self._ready[index] += 1
-        if self._ready[index] == len(self.buckets[index]):
-            self._start(index)
+        if not self._sync_gradients:
+            return
+        if id(param) in self._marked_ready:
+            raise RuntimeError("a second backward before finish_gradient_synchronization(): call it after every "
+                               "synchronised backward, or run the earlier backward passes under no_sync()")
+        self._marked_ready.add(id(param))
+        self._waiting[self._bucket_of[id(param)]] -= 1
+        while self._next_bucket < len(self.buckets) and self._waiting[self._next_bucket] <= 0:
+            self._start(self._next_bucket)
 
     def _start(self, index: int) -> None:
-        flat = flatten_gradients(self.buckets[index])
+        bucket = self.buckets[index]
+        used = torch.tensor([param.grad is not None for param in bucket], dtype=bucket[0].dtype,
+                            device=bucket[0].device)
+        flat = torch.cat([flatten_gradients(bucket), used])
         work = dist.all_reduce(flat, op=dist.ReduceOp.SUM, group=self.group, async_op=True)
-        self._in_flight[index] = (work, flat)
+        self._in_flight.append((index, work, flat))
+        self._next_bucket = index + 1
 
-    def finish(self) -> None:
-        """Send the buckets still waiting (in bucket order), wait for all, write the averaged .grad."""
-        for index in range(len(self.buckets)):
-            if index not in self._in_flight:
-                self._start(index)
+    def finish_gradient_synchronization(self) -> None:
+        """Start the buckets not started (in order), wait for every all-reduce, write each
+        parameter's averaged ``.grad`` (None where no rank had one). A no-op inside ``no_sync()``."""
+        if not self._sync_gradients:
+            return
+        while self._next_bucket < len(self.buckets):
+            self._start(self._next_bucket)
         world_size = dist.get_world_size(self.group)
-        for index, (work, flat) in sorted(self._in_flight.items()):
+        for index, work, flat in self._in_flight:
             work.wait()
-            unflatten_into_gradients(flat / world_size, self.buckets[index])
-        self._ready = [0] * len(self.buckets)
-        self._in_flight = {}
+            bucket = self.buckets[index]
+            unflatten_into_gradients(flat[:-len(bucket)] / world_size, bucket)
+            for param, users in zip(bucket, flat[-len(bucket):].tolist()):
+                if users == 0:
+                    param.grad = None
+        self._reset()
 
 
-def broadcast_parameters(model: torch.nn.Module, group) -> None:
-    """Make every replica start from group rank 0's parameters."""
-    source = dist.get_global_rank(group, 0)
-    for param in model.parameters():
-        dist.broadcast(param.data, src=source, group=group)
-
-
-def train_data_parallel(model: torch.nn.Module, inputs: torch.Tensor, targets: torch.Tensor, lr: float,
-                        bucket_cap_bytes: int, group) -> torch.nn.Module:
-    """SGD on ``inputs[step]`` / ``targets[step]`` (step = 0 .. steps - 1), each rank on its
-    contiguous 1/N of every batch, mean-squared-error loss, gradients synchronised by
-    ``OverlappingGradSync``. Returns ``model``, trained in place."""
+def train_data_parallel(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor, lr: float,
+                        weight_decay: float, microbatches: int, bucket_cap_bytes: int, group) -> nn.Module:
+    """AdamW on ``inputs[step]`` / ``targets[step]`` through ``DataParallel``: each rank takes its
+    contiguous 1/d of every batch, cuts it into ``microbatches`` and accumulates their gradients
+    (all but the last under ``no_sync``; each loss divided by ``microbatches``, so that the sum is
+    the mean squared error over the rank's share). Returns ``model``, trained in place."""
     rank, world_size = dist.get_rank(group), dist.get_world_size(group)
-    broadcast_parameters(model, group)
-    sync = OverlappingGradSync(list(model.parameters()), group, bucket_cap_bytes)
-    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+    if inputs.shape[1] < world_size * microbatches:
+        raise ValueError(f"a batch of {inputs.shape[1]} cannot give {world_size} ranks {microbatches} microbatches each")
+    replicated = DataParallel(model, group, bucket_cap_bytes)
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr,
+                                  weight_decay=weight_decay)
     for x, y in zip(inputs, targets):
         optimizer.zero_grad(set_to_none=True)
-        x_local, y_local = x.tensor_split(world_size)[rank], y.tensor_split(world_size)[rank]
-        torch.nn.functional.mse_loss(model(x_local), y_local).backward()
-        sync.finish()
+        pieces = zip(x.tensor_split(world_size)[rank].tensor_split(microbatches),
+                     y.tensor_split(world_size)[rank].tensor_split(microbatches))
+        for index, (x_micro, y_micro) in enumerate(pieces):
+            with replicated.no_sync() if index < microbatches - 1 else nullcontext():
+                (torch.nn.functional.mse_loss(replicated(x_micro), y_micro) / microbatches).backward()
+        replicated.finish_gradient_synchronization()
         optimizer.step()
     return model

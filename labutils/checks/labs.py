@@ -20,6 +20,7 @@ from labutils.rank import device as rank_device
 
 __all__ = [
     "CheckFailed", "adam_reference", "adamw_reference", "calls", "check_calls", "check_close", "check_equal",
+    "check_gradients",
     "check_pipeline_schedule", "full_batch_gradients", "gradients", "load_shard", "local_backward",
     "messages", "on_rank", "replica", "small_integers",
 ]
@@ -56,6 +57,19 @@ def check_equal(what: str, got, expected: torch.Tensor, rank: int) -> None:
     if not torch.equal(got, expected.cpu()):
         error = (got.double() - expected.double().cpu()).abs().max().item()
         raise CheckFailed(f"{what} on rank {rank}: max |got - expected| = {error:.3g}")
+
+
+def check_gradients(what: str, got: dict, expected: dict, rank: int, tol: float = 1e-4) -> None:
+    """Compare {name: gradient or None} (what :func:`gradients` returns) with ``expected`` of the same
+    form: a tensor within ``tol``, or None where no gradient may exist (a frozen parameter, one that
+    no rank used: a zero gradient there would still move it under momentum or weight decay)."""
+    if not isinstance(got, dict):
+        raise CheckFailed(f"{what} on rank {rank}: got {type(got).__name__}, expected {{name: gradient}}")
+    for name, grad in expected.items():
+        if grad is None and got.get(name) is not None:
+            raise CheckFailed(f"{what}: {name} on rank {rank} has a gradient, expected None (frozen or used by no rank)")
+        if grad is not None:
+            check_close(f"{what}: gradient of {name}", got.get(name), grad, rank, tol)
 
 
 def _describe_counts(counts: dict) -> str:
