@@ -127,9 +127,12 @@ def test_a_check_past_its_time_is_stopped_and_says_so(tmp_path, monkeypatch):
 def test_a_cancelled_check_stops_its_process(tmp_path):
     async def cancel_after_start():
         task = asyncio.ensure_future(run_check(_sleeper(False), tmp_path, timeout_s=60))
-        while not any("time.sleep(120)" in " ".join(p.cmdline()) for p in psutil.Process().children()):
+        def sleepers():  # only the check's process: other tests may have left children of their own
+            return [p.pid for p in psutil.Process().children() if "time.sleep(120)" in " ".join(p.cmdline())]
+
+        while not sleepers():
             await asyncio.sleep(0.05)
-        pids = [p.pid for p in psutil.Process().children()]
+        pids = sleepers()
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
