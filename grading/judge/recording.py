@@ -83,7 +83,8 @@ class RecordingProcessGroup(dist.ProcessGroup):
 
     def __init__(self, inner, rank: int, size: int, global_ranks: list):
         super().__init__(rank, size)
-        self._inner, self._global_ranks = inner, list(global_ranks)
+        # the default group is told no ranks: its group ranks are the global ones
+        self._inner, self._global_ranks = inner, list(global_ranks) or list(range(size))
 
     def getBackendName(self) -> str:
         return BACKEND_NAME
