@@ -8,6 +8,9 @@ the stack to the judge's frames finds nothing to copy). Before the submission's 
 unpickled, ``disarm`` turns the grader's own answers for the test (the reference objects
 not lent to it as substitutes) and every test's expected-value function into stubs that
 raise, so that a submission that looks them up at run time (``sys.modules``) fails.
+Each rank receives only its own inputs of each case (``TestSpec.rank_data``, cut by the judge),
+and its process groups run on the recording backend (``recording``), so ``CaseRun.phase`` knows
+every operation the rank's code asked for, with its bytes, whatever function made it.
 What goes back to the judge is ``torch.save`` bytes holding plain tensors, strings and
 counts; an error in submission code comes back as ``StudentCodeFailed`` carrying text only.
 """
