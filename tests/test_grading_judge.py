@@ -1,7 +1,9 @@
 """The judge on real ranks (gloo, 4 ranks): the reference passes and communicates as Megatron
 does, submissions are compared in the judge's process, borrowed grader code is refused (also when
-looked up at run time), the reference's results are out of the submission's reach, and nothing
-the ranks send back can run code in the judge."""
+looked up at run time), the reference's results are out of the submission's reach, nothing
+the ranks send back can run code in the judge, each rank receives only its own inputs, and the
+red team's submissions (tests/fixtures/labNN/red_team: peeking, distributed_c10d, dummy
+collectives, a replayed schedule) score what an empty part scores while correct variants pass."""
 from __future__ import annotations
 
 import os
@@ -329,7 +331,6 @@ RED_TEAM = {
     ("lab02_collectives", "peeks_at_the_other_ranks_buffers"): ("test_ring_all_reduce",),
     ("lab02_collectives", "all_gather_sends_whole_buffers"): ("test_ring_all_gather",),
     ("lab05_pipeline_parallel", "gpipe_behind_a_replayed_1f1b_order"): ("test_1f1b",),
-    ("lab05_pipeline_parallel", "1f1b_through_distributed_c10d"): ("test_1f1b",),
     ("lab05_pipeline_parallel", "peeks_at_the_whole_model"): ("test_1f1b",),
     ("lab06_expert_parallel", "all_to_all_through_distributed_c10d"): ("test_all_to_all",),
     ("lab06_expert_parallel", "counts_gathered_through_distributed_c10d"): ("test_all_to_all",),
