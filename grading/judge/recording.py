@@ -169,17 +169,22 @@ class RecordingProcessGroup(dist.ProcessGroup):
         return self._inner.barrier() if opts is None else self._inner.barrier(opts)
 
 
-def _make_inner(kind: str, store, rank: int, size: int, timeout: timedelta):
-    if kind == "nccl":
-        options = dist.ProcessGroupNCCL.Options()
-        options._timeout = timeout
-        return dist.ProcessGroupNCCL(store, rank, size, options)
-    return dist.ProcessGroupGloo(store, rank, size, timeout)
+def _make_inner(kind: str, options):
+    """The real backend of one group, built as ``distributed_c10d`` builds gloo's and NCCL's
+    (``options``: its ``_DistributedBackendOptions``)."""
+    if kind == "nccl":  # not exercised on CPU-only machines
+        nccl_options = dist.ProcessGroupNCCL.Options()
+        nccl_options.is_high_priority_stream = False
+        nccl_options._timeout = options.timeout
+        nccl_options.global_ranks_in_group = options.global_ranks_in_group
+        nccl_options.group_name = options.group_id
+        return dist.ProcessGroupNCCL(options.store, options.group_rank, options.group_size, nccl_options)
+    return dist.ProcessGroupGloo(options.store, options.group_rank, options.group_size, options.timeout)
 
 
 def _creator(kind: str):
     def create(options, _backend_options):
-        inner = _make_inner(kind, options.store, options.group_rank, options.group_size, options.timeout)
+        inner = _make_inner(kind, options)
         return RecordingProcessGroup(inner, options.group_rank, options.group_size, options.global_ranks_in_group)
     return create
 
