@@ -334,6 +334,7 @@ RED_TEAM = {
     ("lab05_pipeline_parallel", "peeks_at_the_whole_model"): ("test_1f1b",),
     ("lab06_expert_parallel", "all_to_all_through_distributed_c10d"): ("test_all_to_all",),
     ("lab06_expert_parallel", "counts_gathered_through_distributed_c10d"): ("test_all_to_all",),
+    ("lab06_expert_parallel", "peeks_at_the_other_ranks_counts"): ("test_all_to_all",),
 }
 
 
