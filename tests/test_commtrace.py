@@ -218,3 +218,40 @@ def test_fsdp2_collectives_are_recorded():
 
     for counts, _ in labutils.launch(_fsdp2_step, 2, timeout=120):
         assert counts["all_gather_single"] >= 2 and counts["reduce_scatter_single"] >= 2, counts
+
+
+# ----- below the public API: the judge's recording process group (grading.judge.recording) -------------
+
+def _every_path_to_the_process_group():
+    """On 2 ranks: the same all-reduce through dist, distributed_c10d, the group object and a new
+    group; equivalent all-gathers; point-to-point; a dummy one-element all-reduce."""
+    import torch.distributed as dist
+    from torch.distributed import distributed_c10d
+
+    from grading.judge import recording
+
+    recording.install()
+    start = recording.log_position()
+    t = torch.ones(6)
+    dist.all_reduce(t)
+    distributed_c10d.all_reduce(t)
+    dist.group.WORLD.allreduce([t]).wait()
+    dist.all_reduce(t, group=dist.new_group([0, 1]))
+    dist.all_gather_into_tensor(torch.empty(12), torch.ones(6))
+    dist.all_gather([torch.empty(6), torch.empty(6)], torch.ones(6))
+    if dist.get_rank() == 0:
+        dist.isend(t, 1).wait()
+    else:
+        dist.recv(t, 0)
+    dist.all_reduce(torch.zeros(1))
+    return [tuple(m) for m in recording.since(start)]
+
+
+def test_every_path_reaches_the_recording_process_group_with_its_bytes():
+    import labutils
+
+    records = labutils.launch(_every_path_to_the_process_group, 2, backend="gloo", timeout=60)
+    for rank, messages in enumerate(records):
+        p2p = ("send", 24, 1, 2) if rank == 0 else ("recv", 24, 0, 2)
+        assert messages == [("all_reduce", 24, None, 2)] * 4 + [("all_gather", 24, None, 2)] * 2 + [
+            p2p, ("all_reduce", 4, None, 2)]

@@ -1,7 +1,9 @@
 """The judge on real ranks (gloo, 4 ranks): the reference passes and communicates as Megatron
 does, submissions are compared in the judge's process, borrowed grader code is refused (also when
-looked up at run time), the reference's results are out of the submission's reach, and nothing
-the ranks send back can run code in the judge."""
+looked up at run time), the reference's results are out of the submission's reach, nothing
+the ranks send back can run code in the judge, each rank receives only its own inputs, and the
+red team's submissions (tests/fixtures/labNN/red_team: peeking, distributed_c10d, dummy
+collectives, a replayed schedule) score what an empty part scores while correct variants pass."""
 from __future__ import annotations
 
 import os
@@ -280,3 +282,96 @@ def test_equivalent_collectives_count_alike_and_a_different_one_does_not():
     assert engine._case_problem(nothing_expected, same, reference) is None
     assert engine._case_problem(nothing_expected, other, reference) == (
         "forward on rank 0 made 1 all_reduce, expected 1 all_gather")
+
+
+# ----- each rank holds only its own inputs ----------------------------------------------------------
+
+def _storages(value) -> list:
+    """(tensor, bytes of its storage) of every tensor in a rank's data."""
+    return [(t, t.untyped_storage().nbytes()) for t in value.values() if isinstance(t, torch.Tensor)]
+
+
+def test_each_rank_receives_its_own_shards_in_storage_of_their_own_and_no_other_ranks_data():
+    spec = engine.load_lab(LAB).TESTS["test_row_parallel"]
+    cases = spec.make_cases(torch.Generator().manual_seed(1))
+    per_rank = engine.split_by_rank(spec, cases)
+    for index, case in enumerate(cases):
+        for rank, (seen, data) in enumerate(per_rank):
+            assert seen[index].groups == [] and seen[index].params == case.params
+            dense = case.groups[rank // case.group_size]
+            own = data[index]
+            assert own["weight"].shape[1] * case.group_size == dense["weight"].shape[1], case.name
+            for tensor, storage_bytes in _storages(own):  # a view would carry its whole base
+                assert storage_bytes == tensor.numel() * tensor.element_size(), case.name
+            others = [d[index]["weight"] for r, (_, d) in enumerate(per_rank) if r != rank]
+            assert not any(torch.equal(own["weight"], other) for other in others), case.name
+
+
+# ----- communication recorded at the process group ----------------------------------------------------
+
+def test_the_same_operations_with_other_bytes_fail_with_the_bytes_named():
+    reference = [{"comm": {"forward": {"all_reduce": 1}}, "comm_bytes": {"forward": {"all_reduce": 96}}}]
+    dummy = [{"comm": {"forward": {"all_reduce": 1}}, "comm_bytes": {"forward": {"all_reduce": 4}}}]
+    assert engine._case_problem([{"grads": {}}], dummy, reference) == (
+        "forward on rank 0 moved 4 bytes in all_reduce, expected 96 bytes in all_reduce "
+        "(the same operations, other sizes)")
+    same = [{"comm": {"forward": {"all_reduce": 1}}, "comm_bytes": {"forward": {"all_reduce": 96}}}]
+    assert engine._case_problem([{"grads": {}}], same, reference) is None
+
+
+# ----- the red team's submissions (tests/fixtures/labNN/red_team) ---------------------------------------
+
+#: (lab, fixture) -> the hidden tests it is held to: those its `# loses:` line names lose, the others pass.
+RED_TEAM = {
+    ("lab01_tensor_parallel", "peeks_at_the_other_ranks_data"): ("test_row_parallel",),
+    ("lab01_tensor_parallel", "gathers_through_distributed_c10d"): ("test_row_parallel",),
+    ("lab01_tensor_parallel", "dummy_all_reduce_beside_an_imported_all_gather"): ("test_row_parallel",),
+    ("lab01_tensor_parallel", "g_through_distributed_c10d_and_the_group"): ("test_g",),
+    ("lab02_collectives", "library_all_reduce_behind_dummy_sends"): ("test_ring_all_reduce",),
+    ("lab02_collectives", "peeks_at_the_other_ranks_buffers"): ("test_ring_all_reduce",),
+    ("lab02_collectives", "all_gather_sends_whole_buffers"): ("test_ring_all_gather",),
+    ("lab05_pipeline_parallel", "gpipe_behind_a_replayed_1f1b_order"): ("test_1f1b",),
+    ("lab05_pipeline_parallel", "peeks_at_the_whole_model"): ("test_1f1b",),
+    ("lab06_expert_parallel", "all_to_all_through_distributed_c10d"): ("test_all_to_all",),
+    ("lab06_expert_parallel", "counts_gathered_through_distributed_c10d"): ("test_all_to_all",),
+    ("lab06_expert_parallel", "peeks_at_the_other_ranks_counts"): ("test_all_to_all",),
+}
+
+
+#: What a failure read off the process group's record says: other operations, other bytes, or
+#: (lab 5) a peak measured from the order of the messages.
+RECORDED = (" made ", " moved ", "measured from the order")
+
+
+def _red_team_lab(lab: str):
+    from graded_lab import GradedLab
+
+    graded = GradedLab(lab, rank_timeout_s=30.0, given_cells=("setup", "check_helpers", "given_mappings"))
+    graded.fixtures_dir = os.path.join(graded.fixtures_dir, "red_team")
+    return graded
+
+
+def test_every_red_team_fixture_is_held_to_its_tests():
+    for lab in {lab for lab, _ in RED_TEAM}:
+        graded = _red_team_lab(lab)
+        assert {(lab, name) for name in graded.fixture_names()} <= set(RED_TEAM), lab
+        for name in graded.fixture_names():
+            assert graded.fixture(name).loses <= set(RED_TEAM[lab, name]), name
+
+
+@pytest.mark.parametrize("lab, fixture", sorted(RED_TEAM))
+def test_a_red_team_submission_scores_what_an_empty_part_scores_and_a_correct_one_full_marks(lab, fixture):
+    graded = _red_team_lab(lab)
+    loses = graded.fixture(fixture).loses
+    namespace = graded.solution_namespace(fixture)
+    for test in RED_TEAM[lab, fixture]:
+        objects = {name: namespace[name] for name in graded.tests()[test].objects}
+        verdict = engine.run_test(lab, test, list(objects), client.dumps(objects), {}, rank_timeout_s=30,
+                                  backend="gloo", seed=3)
+        assert not verdict.judge_error, verdict.lines
+        assert verdict.passed == (test not in loses), (test, verdict.lines)
+        if "peeks" in fixture:  # nothing to find: the part is as good as empty
+            assert all("NotImplementedError" in line for line in verdict.lines), verdict.lines
+        elif test in loses:  # right results: only what the process group recorded gives it away
+            failures = [line for line in verdict.lines if line.startswith("✗") and "more failing" not in line]
+            assert all(any(clue in line for clue in RECORDED) for line in failures), verdict.lines

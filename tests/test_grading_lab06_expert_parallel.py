@@ -21,9 +21,9 @@ pytestmark = pytest.mark.usefixtures("no_leftover_processes")
 #: token_dispatcher.py's order); an MoE forward: counts, dispatch, combine; its backward: the two row calls.
 EXPECTED_CALLS = {
     "test_route": {"route": {}, "forward": {}, "backward": {}},
-    "test_all_to_all": {"counts": {"all_to_all_single": 1}, "forward": {"all_to_all_single": 1},
-                        "backward": {"all_to_all_single": 1}},
-    "test_moe": {"forward": {"all_to_all_single": 3}, "backward": {"all_to_all_single": 2}},
+    "test_all_to_all": {"counts": {"all_to_all": 1}, "forward": {"all_to_all": 1},
+                        "backward": {"all_to_all": 1}},
+    "test_moe": {"forward": {"all_to_all": 3}, "backward": {"all_to_all": 2}},
 }
 HIDDEN_BYTES = 4 * 8  # one float32 row of h = 8
 

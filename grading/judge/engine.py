@@ -17,10 +17,10 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-import labutils
 from labutils.errors import LaunchError, RankDiedError, RankTimeoutError
 
 from grading.judge import rankside
+from grading.judge.perrank import launch_each
 
 # Captured once, before any request: what the judge computes and compares with.
 _linear, _gelu, _isfinite = F.linear, F.gelu, torch.isfinite
@@ -59,6 +59,11 @@ class TestSpec:
     also runs here, on one case's results of every rank (the reference's, then the
     submission's): it adds to each result's "values" what only the ranks together show
     (a pipeline's bubble), a tensor or, when it cannot be measured, a string saying why.
+    ``rank_data(case, group_data, group_rank) -> dict``, optional, runs here too: what one rank of
+    the group may hold (its weight shard, its microbatches, the tensors every rank holds). With it,
+    each rank receives that dict alone (``CaseRun.tensor`` reads it) and the case without
+    ``groups``: other ranks' inputs never enter its process. Without it, every rank of a group
+    receives the group's whole data.
     """
 
     title: str
@@ -69,6 +74,7 @@ class TestSpec:
     run_case: Callable
     world_size: int = 4
     measure: Callable | None = None
+    rank_data: Callable | None = None
 
 
 @dataclass
@@ -139,11 +145,36 @@ def run_test(lab: str, test: str, names: list, blob: bytes, sources: dict, *,
     return compare(test, spec, cases, merge(reference, student))
 
 
+def split_by_rank(spec: TestSpec, cases: list) -> list:
+    """Per rank, (the cases as that rank sees them, [that rank's data of each case]): with
+    ``spec.rank_data``, the cases without their groups' data and only the rank's own inputs."""
+    per_rank = []
+    for rank in range(spec.world_size):
+        seen, data = [], []
+        for case in cases:
+            group_data = case.groups[rank // case.group_size]
+            if spec.rank_data is None:
+                seen.append(case)
+                data.append(group_data)
+            else:
+                seen.append(Case(case.name, case.group_size, case.params, []))
+                data.append(_own_copies(spec.rank_data(case, group_data, rank % case.group_size)))
+        per_rank.append((seen, data))
+    return per_rank
+
+
+def _own_copies(data: dict) -> dict:
+    """``data`` with every tensor copied into storage of its own: a shard sent as a view would carry
+    its whole base tensor (pickling saves the storage, not the view)."""
+    return {key: value.clone(memory_format=torch.contiguous_format) if isinstance(value, torch.Tensor) else value
+            for key, value in data.items()}
+
+
 def launch_reference(lab: str, test: str, cases: list, *, rank_timeout_s: float, backend: str = "auto") -> list:
     """Per rank, what the reference did on each case: [{"reference": [per case result]}]."""
     spec = load_lab(lab).TESTS[test]
-    raw = labutils.launch(rankside.run_reference, spec.world_size, lab, test, cases, backend=backend,
-                          timeout=rank_timeout_s)
+    raw = launch_each(rankside.run_reference, [(lab, test, seen, data) for seen, data in split_by_rank(spec, cases)],
+                      backend=backend, timeout=rank_timeout_s)
     return [decode(item) for item in raw]
 
 
@@ -156,8 +187,9 @@ def launch_submission(lab: str, test: str, cases: list, blob: bytes, sources: di
     spec = load_lab(lab).TESTS[test]
     try:
         with restricted_unpickling():
-            raw = labutils.launch(rankside.run_submission, spec.world_size, lab, test, cases, blob, sources,
-                                  backend=backend, timeout=rank_timeout_s)
+            raw = launch_each(rankside.run_submission,
+                              [(lab, test, seen, data, blob, sources) for seen, data in split_by_rank(spec, cases)],
+                              backend=backend, timeout=rank_timeout_s)
     except pickle.UnpicklingError as exc:
         raise rankside.StudentCodeFailed(f"the ranks sent back what the grader refuses to unpickle ({exc})") from None
     try:
@@ -253,7 +285,8 @@ def _mismatch(got, expected: torch.Tensor) -> str | None:
 
 #: Collectives that do the same communication under another name, counted as the name they map to.
 EQUIVALENT_OPS = {"all_gather_into_tensor": "all_gather", "_all_gather_base": "all_gather",
-                  "reduce_scatter_tensor": "reduce_scatter", "_reduce_scatter_base": "reduce_scatter"}
+                  "reduce_scatter_tensor": "reduce_scatter", "_reduce_scatter_base": "reduce_scatter",
+                  "all_to_all_single": "all_to_all", "isend": "send", "irecv": "recv"}
 
 
 def canonical_calls(counts: dict) -> dict:
@@ -292,13 +325,30 @@ def _case_problem(expected_by_rank: list, student: list, reference: list) -> str
             if problem:
                 return f"{label} on rank {rank} {problem}"
     for rank, (got, ref) in enumerate(zip(student, reference)):
-        for phase in ref["comm"]:  # "forward", "backward", and any phase a lab's test names
-            if canonical_calls(got["comm"].get(phase, {})) != canonical_calls(ref["comm"][phase]):
-                hint = ("; collectives called through a name imported with `from torch.distributed import ...` "
-                        "are not counted: call them as dist.all_reduce(...)") if not got["comm"].get(phase) else ""
-                return (f"{phase} on rank {rank} made {_describe_calls(got['comm'].get(phase, {}))}, "
-                        f"expected {_describe_calls(ref['comm'][phase])}{hint}")
+        problem = _communication_problem(rank, got, ref)
+        if problem:
+            return problem
     return None
+
+
+def _communication_problem(rank: int, got: dict, ref: dict) -> str | None:
+    """How what ``rank`` communicated (its process group's record) differs from the reference's:
+    the operations of each phase, then the bytes of each operation; or None."""
+    for phase in ref["comm"]:  # "forward", "backward", and any phase a lab's test names
+        if canonical_calls(got["comm"].get(phase, {})) != canonical_calls(ref["comm"][phase]):
+            return (f"{phase} on rank {rank} made {_describe_calls(got['comm'].get(phase, {}))}, "
+                    f"expected {_describe_calls(ref['comm'][phase])}")
+    for phase, expected_bytes in ref.get("comm_bytes", {}).items():
+        got_bytes = canonical_calls(got.get("comm_bytes", {}).get(phase, {}))
+        if got_bytes != canonical_calls(expected_bytes):
+            return (f"{phase} on rank {rank} moved {_describe_bytes(got_bytes)}, expected "
+                    f"{_describe_bytes(canonical_calls(expected_bytes))} (the same operations, other sizes)")
+    return None
+
+
+def _describe_bytes(sizes: dict) -> str:
+    parts = [f"{n:,} bytes in {op}" for op, n in sorted(sizes.items()) if n]
+    return ", ".join(parts) if parts else "no bytes"
 
 
 def _expected_by_rank(spec: TestSpec, case: Case) -> list:

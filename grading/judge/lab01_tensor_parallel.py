@@ -5,8 +5,11 @@ and {2, 3}, each with its own data: code that ignores its ``group`` argument fai
 2-D and 3-D inputs, with and without bias. For each case the judge checks, rank by rank,
 the output, the input gradient dX, every parameter gradient (dW, db), and the number of
 collectives of each kind in the forward and in the backward pass against the reference
-kernels in ``grading/reference``. Parts 2 to 4 run with the reference f, g, gather and
-scatter (and part 4 with the reference linear layers), so each part is graded on its own.
+kernels in ``grading/reference``, operation by operation and byte by byte. Parts 2 to 4 run
+with the reference f, g, gather and scatter (and part 4 with the reference linear layers), so
+each part is graded on its own. Each rank receives only what a tensor-parallel rank holds: the
+replicated input, its own shard of every weight and bias, its own slice of the upstream gradient
+(``rank_data`` functions); the dense weights stay with the judge.
 """
 from __future__ import annotations
 
@@ -74,11 +77,18 @@ def _f_expected(case, data):
     return [{"out": data["x"], "dx": data["upstream"].sum(0), "grads": {}} for _ in range(case.group_size)]
 
 
+def _own_rows(name: str):
+    """rank_data of a test whose ``name`` holds one row per group rank (the rest replicated)."""
+    def rank_data(case, data, group_rank):
+        return {key: value[group_rank] if key == name else value for key, value in data.items()}
+    return rank_data
+
+
 def _f_run(objects, case, run):
     x = run.leaf("x")
     with run.phase("forward"):
         y = objects["copy_to_tp_region"](x, run.group)
-    upstream = run.tensor("upstream")[run.group_rank]
+    upstream = run.tensor("upstream")
     with run.phase("backward"):
         (y * upstream).sum().backward()
     return run.result(y, x.grad)
@@ -98,7 +108,7 @@ def _g_expected(case, data):
 
 
 def _g_run(objects, case, run):
-    x = run.as_leaf(run.tensor("x")[run.group_rank])
+    x = run.leaf("x")
     with run.phase("forward"):
         y = objects["reduce_from_tp_region"](x, run.group)
     with run.phase("backward"):
@@ -149,21 +159,28 @@ def _column_expected(case, data):
     return per_rank
 
 
+def _last_dim_shard(tensor: torch.Tensor, group_rank: int, group_size: int) -> torch.Tensor:
+    return tensor.chunk(group_size, dim=-1)[group_rank]
+
+
+def _column_rank_data(case, data, group_rank):
+    """The input X (replicated), this rank's rows of W and b, its slice of dY unless gathered."""
+    tp = case.group_size
+    weight, bias = column_shard(data["weight"], data.get("bias"), group_rank, tp)
+    upstream = data["upstream"] if case.params["gather_output"] else _last_dim_shard(data["upstream"], group_rank, tp)
+    return {"x": data["x"], "weight": weight, "bias": bias, "upstream": upstream}
+
+
 def _column_run(objects, case, run):
     p = case.params
     layer = objects["ColumnParallelLinear"](p["in_features"], p["out_features"], run.group,
                                            bias=p["bias"], gather_output=p["gather_output"])
-    weight, bias = column_shard(run.tensor("weight"), run.tensor("bias") if p["bias"] else None,
-                                run.group_rank, run.group_size)
-    run.load(layer, {"weight": weight, "bias": bias})
+    run.load(layer, {"weight": run.tensor("weight"), "bias": run.tensor("bias") if p["bias"] else None})
     x = run.leaf("x")
     with run.phase("forward"):
         y = layer(x)
-    upstream = run.tensor("upstream")
-    if not p["gather_output"]:
-        upstream = run.shard_last_dim(upstream)
     with run.phase("backward"):
-        (y * upstream).sum().backward()
+        (y * run.tensor("upstream")).sum().backward()
     return run.result(y, x.grad)
 
 
@@ -196,13 +213,20 @@ def _row_expected(case, data):
     return per_rank
 
 
+def _row_rank_data(case, data, group_rank):
+    """This rank's columns of W, b (replicated), X or this rank's slice of it, dY (replicated)."""
+    tp = case.group_size
+    x = _last_dim_shard(data["x"], group_rank, tp) if case.params["input_is_parallel"] else data["x"]
+    return {"x": x, "weight": row_shard(data["weight"], group_rank, tp), "bias": data.get("bias"),
+            "upstream": data["upstream"]}
+
+
 def _row_run(objects, case, run):
     p = case.params
     layer = objects["RowParallelLinear"](p["in_features"], p["out_features"], run.group,
                                         bias=p["bias"], input_is_parallel=p["input_is_parallel"])
-    run.load(layer, {"weight": row_shard(run.tensor("weight"), run.group_rank, run.group_size),
-                     "bias": run.tensor("bias") if p["bias"] else None})
-    x = run.leaf("x", shard_last_dim=p["input_is_parallel"])
+    run.load(layer, {"weight": run.tensor("weight"), "bias": run.tensor("bias") if p["bias"] else None})
+    x = run.leaf("x")
     with run.phase("forward"):
         y = layer(x)
     with run.phase("backward"):
@@ -252,13 +276,19 @@ def _mlp_expected(case, data):
     return per_rank
 
 
+def _mlp_rank_data(case, data, group_rank):
+    """X and dY (replicated), this rank's rows of W1 and b1, its columns of W2, b2 (replicated)."""
+    tp = case.group_size
+    w1, b1 = column_shard(data["w1"], data.get("b1"), group_rank, tp)
+    return {"x": data["x"], "upstream": data["upstream"], "w1": w1, "b1": b1,
+            "w2": row_shard(data["w2"], group_rank, tp), "b2": data.get("b2")}
+
+
 def _mlp_run(objects, case, run):
     p = case.params
     mlp = objects["ParallelMLP"](p["hidden_size"], p["ffn_hidden_size"], run.group, bias=p["bias"])
-    w1, b1 = column_shard(run.tensor("w1"), run.tensor("b1") if p["bias"] else None, run.group_rank, run.group_size)
-    run.load(mlp, {"fc1.weight": w1, "fc1.bias": b1,
-                   "fc2.weight": row_shard(run.tensor("w2"), run.group_rank, run.group_size),
-                   "fc2.bias": run.tensor("b2") if p["bias"] else None})
+    run.load(mlp, {"fc1.weight": run.tensor("w1"), "fc1.bias": run.tensor("b1") if p["bias"] else None,
+                   "fc2.weight": run.tensor("w2"), "fc2.bias": run.tensor("b2") if p["bias"] else None})
     x = run.leaf("x")
     with run.phase("forward"):
         y = mlp(x)
@@ -270,14 +300,15 @@ def _mlp_run(objects, case, run):
 #: grade_id of the hidden-test cell -> its test.
 TESTS = {
     "test_f": TestSpec("Part 1: f (copy_to_tp_region)", ("copy_to_tp_region",), (),
-                       _f_cases, _f_expected, _f_run, WORLD_SIZE),
+                       _f_cases, _f_expected, _f_run, WORLD_SIZE, rank_data=_own_rows("upstream")),
     "test_g": TestSpec("Part 1: g (reduce_from_tp_region)", ("reduce_from_tp_region",), (),
-                       _g_cases, _g_expected, _g_run, WORLD_SIZE),
+                       _g_cases, _g_expected, _g_run, WORLD_SIZE, rank_data=_own_rows("x")),
     "test_column_parallel": TestSpec("Part 2: ColumnParallelLinear", ("ColumnParallelLinear",), _MAPPINGS,
-                                     _column_cases, _column_expected, _column_run, WORLD_SIZE),
+                                     _column_cases, _column_expected, _column_run, WORLD_SIZE,
+                                     rank_data=_column_rank_data),
     "test_row_parallel": TestSpec("Part 3: RowParallelLinear", ("RowParallelLinear",), _MAPPINGS,
-                                  _row_cases, _row_expected, _row_run, WORLD_SIZE),
+                                  _row_cases, _row_expected, _row_run, WORLD_SIZE, rank_data=_row_rank_data),
     "test_parallel_mlp": TestSpec("Part 4: the Megatron MLP", ("ParallelMLP",),
                                   _MAPPINGS + ("ColumnParallelLinear", "RowParallelLinear"),
-                                  _mlp_cases, _mlp_expected, _mlp_run, WORLD_SIZE),
+                                  _mlp_cases, _mlp_expected, _mlp_run, WORLD_SIZE, rank_data=_mlp_rank_data),
 }

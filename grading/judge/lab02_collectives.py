@@ -5,9 +5,10 @@ Every test runs on 4 ranks and covers rings of 4 (one group) and of 2 (groups {0
 of their global rank, or ignores ``group``, fails there). Buffers cover sizes that the
 ring size does not divide, sizes smaller than the ring (empty chunks), and float32,
 float64, bfloat16 and float16; their values are small integers, so every summation order
-gives the exact sum. Point-to-point calls are counted per rank (``send`` and ``isend`` as
-sends, ``recv`` and ``irecv`` as receives) against the reference in
-``grading/reference/collectives.py``. Later parts run with the reference for the earlier
+gives the exact sum. Point-to-point calls are counted per rank at its process group
+(``send`` and ``isend`` as sends, ``recv`` and ``irecv`` as receives), with their bytes,
+against the reference in ``grading/reference/collectives.py``. Each rank receives its own
+buffer only, never the other ranks'. Later parts run with the reference for the earlier
 ones, so each part is graded on its own.
 """
 from __future__ import annotations
@@ -79,6 +80,11 @@ def _result(run, out) -> dict:
     return result
 
 
+def _own_buffer(case, data, group_rank):
+    """rank_data: this rank's row of ``x`` (one buffer per group rank), the rest as it is."""
+    return {key: value[group_rank] if key == "x" else value for key, value in data.items()}
+
+
 def _same_dtype(got: torch.Tensor, expected_dtype: torch.dtype, what: str) -> None:
     if not isinstance(got, torch.Tensor):
         raise SubmissionProblem(f"{what} returned a {type(got).__name__}, expected a torch.Tensor")
@@ -131,7 +137,7 @@ def _basics_run(objects, case, run):
         return _result(run, torch.tensor([int(right), int(left)], dtype=torch.float64))
     right = dist.get_global_rank(run.group, (run.group_rank + 1) % run.group_size)  # the judge's own, not the reference's
     left = dist.get_global_rank(run.group, (run.group_rank - 1) % run.group_size)
-    mine = run.tensor("x")[run.group_rank].contiguous()
+    mine = run.tensor("x").contiguous()
     received = torch.full_like(mine, 99)
     with run.phase("forward"):
         objects["send_and_receive"](mine, right, received, left, run.group)
@@ -164,7 +170,7 @@ def _reduce_scatter_expected(case, data):
 
 
 def _reduce_scatter_run(objects, case, run):
-    flat = run.tensor("x")[run.group_rank].contiguous()
+    flat = run.tensor("x").contiguous()
     with run.phase("forward"):
         mine = objects["ring_reduce_scatter"](flat, run.group)
     _same_dtype(mine, flat.dtype, "ring_reduce_scatter")
@@ -183,7 +189,7 @@ def _all_gather_expected(case, data):
 
 
 def _all_gather_run(objects, case, run):
-    flat = run.tensor("x")[run.group_rank].contiguous()  # only chunk group_rank is this rank's to give
+    flat = run.tensor("x").contiguous()  # only chunk group_rank is this rank's to give
     with run.phase("forward"):
         gathered = objects["ring_all_gather"](flat, run.group)
     _same_dtype(gathered, flat.dtype, "ring_all_gather")
@@ -204,7 +210,7 @@ def _all_reduce_expected(case, data):
 
 
 def _all_reduce_run(objects, case, run):
-    x = run.tensor("x")[run.group_rank]
+    x = run.tensor("x")
     with run.phase("forward"):
         total = objects["ring_all_reduce"](x, run.group)
     _same_dtype(total, x.dtype, "ring_all_reduce")
@@ -306,15 +312,15 @@ def _measure_run(objects, case, run):
 #: grade_id of the hidden-test cell -> its test.
 TESTS = {
     "test_ring_basics": TestSpec("Part 1: chunk bounds, neighbours and one ring step", _BASICS, (),
-                                 _basics_cases, _basics_expected, _basics_run, WORLD_SIZE),
+                                 _basics_cases, _basics_expected, _basics_run, WORLD_SIZE, rank_data=_own_buffer),
     "test_ring_reduce_scatter": TestSpec("Part 2: ring reduce-scatter", ("ring_reduce_scatter",), _BASICS,
                                          _reduce_scatter_cases, _reduce_scatter_expected, _reduce_scatter_run,
-                                         WORLD_SIZE),
+                                         WORLD_SIZE, rank_data=_own_buffer),
     "test_ring_all_gather": TestSpec("Part 3: ring all-gather", ("ring_all_gather",), _BASICS,
-                                     _all_gather_cases, _all_gather_expected, _all_gather_run, WORLD_SIZE),
+                                     _all_gather_cases, _all_gather_expected, _all_gather_run, WORLD_SIZE, rank_data=_own_buffer),
     "test_ring_all_reduce": TestSpec("Part 4: ring all-reduce", ("ring_all_reduce",),
                                      _BASICS + ("ring_reduce_scatter", "ring_all_gather"),
-                                     _all_reduce_cases, _all_reduce_expected, _all_reduce_run, WORLD_SIZE),
+                                     _all_reduce_cases, _all_reduce_expected, _all_reduce_run, WORLD_SIZE, rank_data=_own_buffer),
     "test_bus_bandwidth": TestSpec("Part 5: algbw and busbw", ("bus_bandwidth",), (),
                                    _bandwidth_cases, _bandwidth_expected, _bandwidth_run, WORLD_SIZE),
     "test_measure_busbw": TestSpec("Part 6: busbw from your own timings", ("measure_ring_all_reduce",),

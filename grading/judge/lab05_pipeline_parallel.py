@@ -8,9 +8,12 @@ backpropagation (float64), the last stage's loss, the peak number of microbatche
 (m for GPipe; p - stage for 1F1B, at most m) both as the submission counted it and as the
 judge measures it from the order of the stage's sends and receives, the bubble of the
 schedule the stages ran (that order replayed with ``labutils.schedules.simulate``, F = 1,
-B = 2: (p-1)/(m+p-1) for both schedules) and the sends and receives of the step
-(``send``/``isend`` counted as sends, ``recv``/``irecv`` as receives) against
-``grading/reference/pipeline_parallel.py``. Part 2 runs with the submission's own StageP2P
+B = 2: (p-1)/(m+p-1) for both schedules) and the sends and receives of the step, with their
+bytes (``send``/``isend`` counted as sends, ``recv``/``irecv`` as receives, all recorded at the
+stage's process group, whatever function made them) against
+``grading/reference/pipeline_parallel.py``. Each stage receives only what it holds in a
+pipeline: its own layers' weights, the microbatches if it is the first stage, the targets if it
+is the last (other stages get zeros of the same shapes, so buffers can be shaped after them). Part 2 runs with the submission's own StageP2P
 and PipelineStep: 1F1B is where a blocking send deadlocks, so they are part of what it tests.
 """
 from __future__ import annotations
@@ -19,7 +22,7 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
-from labutils import commtrace, schedules
+from labutils import schedules
 
 from grading.judge.engine import Case, TestSpec
 from grading.judge.rankside import SubmissionProblem
@@ -107,7 +110,17 @@ def _messages(calls: dict) -> dict:
     return merged
 
 
-def _stage_order(trace, run) -> torch.Tensor:
+def _stage_data(case, data, group_rank):
+    """rank_data: this stage's layers, the inputs on the first stage, the targets on the last."""
+    per_stage = NUM_LAYERS // case.group_size
+    layers = slice(group_rank * per_stage, (group_rank + 1) * per_stage)
+    first, last = group_rank == 0, group_rank == case.group_size - 1
+    return {"weights": data["weights"][layers], "biases": data["biases"][layers],
+            "inputs": data["inputs"] if first else torch.zeros_like(data["inputs"]),
+            "targets": data["targets"] if last else torch.zeros_like(data["targets"])}
+
+
+def _stage_order(messages, run) -> torch.Tensor:
     """What this stage ran, in order, read off its messages with one neighbour: +1 a forward, -1 a backward.
 
     A stage that is not the last ends each forward by sending its activation to stage s + 1 and
@@ -117,12 +130,12 @@ def _stage_order(trace, run) -> torch.Tensor:
     last = run.group_rank == run.group_size - 1
     neighbour = dist.get_global_rank(run.group, run.group_rank - 1 if last else run.group_rank + 1)
     order = []
-    for record in trace:
-        if record.peer != neighbour:
+    for message in messages:  # recording.Message: what the stage's process group was asked, in order
+        if message.peer != neighbour:
             continue
-        if record.op in ("send", "isend"):
+        if message.op == "send":
             order.append(-1.0 if last else 1.0)
-        elif record.op in ("recv", "irecv"):
+        elif message.op == "recv":
             order.append(1.0 if last else -1.0)
     return torch.tensor(order, dtype=torch.float64)
 
@@ -160,10 +173,9 @@ def _run(objects, case, run, name: str):
     module = _stage_module(per_stage).to(run.device)
     weights, biases = run.tensor("weights"), run.tensor("biases")
     run.load(module, {path: tensor for local in range(per_stage) for path, tensor in
-                      ((f"{2 * local}.weight", weights[run.group_rank * per_stage + local]),
-                       (f"{2 * local}.bias", biases[run.group_rank * per_stage + local]))})
+                      ((f"{2 * local}.weight", weights[local]), (f"{2 * local}.bias", biases[local]))})
     inputs, targets = list(run.tensor("inputs")), list(run.tensor("targets"))
-    with run.phase("step"), commtrace.record() as trace:
+    with run.phase("step"):
         returned = objects[name](module, inputs, targets, run.group)
     try:
         loss, peak, _ = returned
@@ -175,7 +187,7 @@ def _run(objects, case, run, name: str):
         counted = float(peak)
     except (TypeError, ValueError):
         raise SubmissionProblem(f"{name} returned {type(peak).__name__} as the peak in flight, expected a number") from None
-    order = _stage_order(trace, run)
+    order = _stage_order(run.messages["step"], run)
     result["order"] = order
     result["values"] = {PEAK: torch.tensor([counted], dtype=torch.float64),
                         MEASURED_PEAK: torch.tensor([_peak_of(order)], dtype=torch.float64)}
@@ -207,7 +219,7 @@ def _1f1b_cases(generator):
 #: grade_id of the hidden-test cell -> its test.
 TESTS = {
     "test_gpipe": TestSpec("Part 1: GPipe", ("run_gpipe",), (), _gpipe_cases, _gpipe_expected, _gpipe_run, WORLD_SIZE,
-                           measure=_measure),
+                           measure=_measure, rank_data=_stage_data),
     "test_1f1b": TestSpec("Part 2: 1F1B", ("run_1f1b",), (), _1f1b_cases, _1f1b_expected, _1f1b_run, WORLD_SIZE,
-                          measure=_measure),
+                          measure=_measure, rank_data=_stage_data),
 }

@@ -5,9 +5,10 @@ and {2, 3}, each with its own data). Each rank routes its own B tokens; expected
 dense float64 maths here: top-k of the router's softmax, capacity C = ceil(B k / E * c) per
 expert per rank (token 0's choices served first), lambda * E * sum_i f_i P_i with f_i constant,
 and the MoE output sum over kept assignments of g * expert(x) with every expert at hand. The
-judge counts the all_to_all_single calls of each phase and the bytes of each call's send
-buffer (commtrace's size: the rows a rank sends times h times 4 bytes). Later parts run with the
-reference for the earlier ones.
+judge records, at each rank's process group (whatever function made them), the all-to-alls of
+each phase and the bytes of each call's send buffer (the rows a rank sends times h times 4
+bytes). Each rank receives only its own tokens, the router (replicated) and its own experts'
+weights, never the other ranks'. Later parts run with the reference for the earlier ones.
 """
 from __future__ import annotations
 
@@ -16,8 +17,6 @@ from fractions import Fraction
 
 import torch
 import torch.nn as nn
-
-from labutils import commtrace
 
 from grading.judge.engine import Case, TestSpec
 from grading.judge.rankside import SubmissionProblem
@@ -48,8 +47,24 @@ def _float(values) -> torch.Tensor:
     return torch.as_tensor(values, dtype=torch.float64).reshape(-1)
 
 
-def _bytes(trace) -> torch.Tensor:
-    return _float([float(r.bytes) for r in trace if r.op == "all_to_all_single"])
+def _bytes(messages) -> torch.Tensor:
+    """The bytes of each all-to-all of a phase (``CaseRun.messages``), in order."""
+    return _float([float(m.bytes) for m in messages if m.op == "all_to_all"])
+
+
+def _own_rows(*names: str, experts: bool = False):
+    """rank_data: this rank's row of each of ``names`` (one per group rank), the router (replicated),
+    and with ``experts`` this rank's experts' weights (E / group size of them), nothing else."""
+    def rank_data(case, data, group_rank):
+        own = {name: data[name][group_rank] for name in names}
+        if "router" in data:
+            own["router"] = data["router"]
+        if experts:
+            local = case.params["experts"] // case.group_size
+            mine = slice(group_rank * local, (group_rank + 1) * local)
+            own.update({name: data[name][mine] for name in ("w1", "b1", "w2", "b2")})
+        return own
+    return rank_data
 
 
 # ----- dense routing ---------------------------------------------------------------------------------
@@ -117,14 +132,14 @@ class _Router(nn.Module):
 def _route_run(objects, case, run):
     holder = _Router(case.params["experts"]).to(run.device)
     run.load(holder, {"router.weight": run.tensor("router")})
-    x = run.as_leaf(run.tensor("x")[run.group_rank])
+    x = run.leaf("x")
     with run.phase("route"):
         gates, experts, kept, aux = objects["route"](x, holder.router.weight, case.params["top_k"],
                                                      case.params["factor"], AUX_COEFFICIENT)
     for name, value in (("gates", gates), ("experts", experts), ("kept", kept), ("the aux loss", aux)):
         if not isinstance(value, torch.Tensor):
             raise SubmissionProblem(f"route returned {type(value).__name__} for {name}, expected a tensor")
-    upstream = run.tensor("u_gates")[run.group_rank, :, :case.params["top_k"]]
+    upstream = run.tensor("u_gates")[:, :case.params["top_k"]]
     ((gates * upstream).sum() + aux).backward()  # kept is compared as a value: a wrong mask names itself
     result = run.result(gates, x.grad)
     result["values"] = {"experts chosen": experts.detach().cpu().to(torch.float64),
@@ -180,23 +195,24 @@ def _a2a_expected(case, data):
 
 
 def _a2a_run(objects, case, run):
-    counts = run.tensor("counts")[run.group_rank]
-    rows = run.as_leaf(run.tensor("rows")[run.group_rank, :int(counts.sum())])
+    counts = run.tensor("counts")
+    rows = run.as_leaf(run.tensor("rows")[:int(counts.sum())])
     with run.phase("counts"):
         send, recv, counts_from = objects["split_sizes"](counts, run.group)
-    with run.phase("forward"), commtrace.record() as forward:
+    with run.phase("forward"):
         out = objects["all_to_all_rows"](rows, send, recv, run.group)
     if not isinstance(out, torch.Tensor):
         raise SubmissionProblem(f"all_to_all_rows returned {type(out).__name__}, expected a tensor")
-    upstream = run.tensor("u")[run.group_rank]
+    upstream = run.tensor("u")
     if out.shape[0] > upstream.shape[0] or not out.requires_grad:
         return dict(run.result(out, None), values={})
-    with run.phase("backward"), commtrace.record() as backward:
+    with run.phase("backward"):
         (out * upstream[:out.shape[0]]).sum().backward()
     result = run.result(out, rows.grad)
     result["values"] = {"send_splits": _float(list(send)), "recv_splits": _float(list(recv)),
                         "counts_from": torch.as_tensor(counts_from).detach().cpu().to(torch.float64),
-                        FORWARD_BYTES: _bytes(forward), BACKWARD_BYTES: _bytes(backward)}
+                        FORWARD_BYTES: _bytes(run.messages["forward"]),
+                        BACKWARD_BYTES: _bytes(run.messages["backward"])}
     return result
 
 
@@ -251,31 +267,34 @@ def _moe_run(objects, case, run):
     model = objects["ExpertParallelMoE"](HIDDEN, FFN_HIDDEN, experts, k, factor, AUX_COEFFICIENT, run.group)
     model = model.to(run.device)
     shards = {"router.weight": run.tensor("router")}
-    for j in range(local):
-        e = run.group_rank * local + j
-        shards.update({f"experts.{j}.0.weight": run.tensor("w1")[e], f"experts.{j}.0.bias": run.tensor("b1")[e],
-                       f"experts.{j}.2.weight": run.tensor("w2")[e], f"experts.{j}.2.bias": run.tensor("b2")[e]})
+    for j in range(local):  # this rank's experts only: rank_data sent no other
+        shards.update({f"experts.{j}.0.weight": run.tensor("w1")[j], f"experts.{j}.0.bias": run.tensor("b1")[j],
+                       f"experts.{j}.2.weight": run.tensor("w2")[j], f"experts.{j}.2.bias": run.tensor("b2")[j]})
     run.load(model, shards)
-    x = run.as_leaf(run.tensor("x")[run.group_rank])
-    with run.phase("forward"), commtrace.record() as forward:
+    x = run.leaf("x")
+    with run.phase("forward"):
         output = model(x)
     if not (isinstance(output, tuple) and len(output) == 2 and all(isinstance(t, torch.Tensor) for t in output)):
         raise SubmissionProblem("ExpertParallelMoE.forward must return (y, aux_loss), two tensors")
     y, aux = output
-    with run.phase("backward"), commtrace.record() as backward:
-        ((y * run.tensor("u")[run.group_rank]).sum() + aux).backward()
+    with run.phase("backward"):
+        ((y * run.tensor("u")).sum() + aux).backward()
     result = run.result(y, x.grad)
     result["values"] = {"aux loss": aux.detach().cpu().to(torch.float64).reshape(-1),
-                        FORWARD_BYTES: _bytes(forward), BACKWARD_BYTES: _bytes(backward)}
+                        FORWARD_BYTES: _bytes(run.messages["forward"]),
+                        BACKWARD_BYTES: _bytes(run.messages["backward"])}
     return result
 
 
 #: grade_id of the hidden-test cell -> its test.
 TESTS = {
-    "test_route": TestSpec("Part 1: route", ("route",), (), _route_cases, _route_expected, _route_run, WORLD_SIZE),
+    "test_route": TestSpec("Part 1: route", ("route",), (), _route_cases, _route_expected, _route_run, WORLD_SIZE,
+                           rank_data=_own_rows("x", "u_gates")),
     "test_all_to_all": TestSpec("Part 2: split_sizes and all_to_all_rows", ("split_sizes", "all_to_all_rows"), (),
-                                _a2a_cases, _a2a_expected, _a2a_run, WORLD_SIZE),
+                                _a2a_cases, _a2a_expected, _a2a_run, WORLD_SIZE,
+                                rank_data=_own_rows("counts", "rows", "u")),
     "test_moe": TestSpec("Part 3: ExpertParallelMoE", ("ExpertParallelMoE",),
                          ("route", "split_sizes", "all_to_all_rows"),
-                         _moe_cases, _moe_expected, _moe_run, WORLD_SIZE),
+                         _moe_cases, _moe_expected, _moe_run, WORLD_SIZE,
+                         rank_data=_own_rows("x", "u", experts=True)),
 }

@@ -8,6 +8,9 @@ the stack to the judge's frames finds nothing to copy). Before the submission's 
 unpickled, ``disarm`` turns the grader's own answers for the test (the reference objects
 not lent to it as substitutes) and every test's expected-value function into stubs that
 raise, so that a submission that looks them up at run time (``sys.modules``) fails.
+Each rank receives only its own inputs of each case (``TestSpec.rank_data``, cut by the judge),
+and its process groups run on the recording backend (``recording``), so ``CaseRun.phase`` knows
+every operation the rank's code asked for, with its bytes, whatever function made it.
 What goes back to the judge is ``torch.save`` bytes holding plain tensors, strings and
 counts; an error in submission code comes back as ``StudentCodeFailed`` carrying text only.
 """
@@ -23,8 +26,9 @@ from contextlib import contextmanager
 import torch
 import torch.distributed as dist
 
-from labutils import commtrace
 from labutils.rank import device as rank_device
+
+from grading.judge import recording
 
 #: Longest exception message quoted back to the student (characters).
 MAX_MESSAGE_CHARS = 300
@@ -101,9 +105,11 @@ class CaseRun:
     def __init__(self, group, group_rank: int, group_size: int, data: dict):
         self.group, self.group_rank, self.group_size = group, group_rank, group_size
         self.device = rank_device()
-        self._data = data
+        self._data = data  # this rank's own inputs only, when the test splits them (TestSpec.rank_data)
         self._params: dict = {}
         self.comm = {"forward": {}, "backward": {}}
+        self.comm_bytes: dict = {"forward": {}, "backward": {}}
+        self.messages: dict = {}
 
     def tensor(self, name: str) -> torch.Tensor:
         """The case's tensor ``name`` on this rank's device (a fresh copy)."""
@@ -145,10 +151,13 @@ class CaseRun:
 
     @contextmanager
     def phase(self, name: str):
-        """Count the torch.distributed calls made inside the block as phase ``name``."""
-        with commtrace.record() as trace:
-            yield
-        self.comm[name] = {op: entry["calls"] for op, entry in trace.summary().items()}
+        """Record what this rank communicated inside the block as phase ``name``, at its process
+        group (``recording``): ``comm[name]`` {op: calls}, ``comm_bytes[name]`` {op: bytes} and
+        ``messages[name]`` (every ``recording.Message``, in order)."""
+        start = recording.log_position()
+        yield
+        self.messages[name] = recording.since(start)
+        self.comm[name], self.comm_bytes[name] = recording.summary(self.messages[name])
 
     def result(self, out, dx) -> dict:
         """The case's outcome on this rank: output, input gradient, parameter gradients, calls."""
@@ -157,6 +166,7 @@ class CaseRun:
             "dx": _plain(dx, "the input gradient"),
             "grads": {path: _plain(p.grad, f"the gradient of {path}") for path, p in self._params.items()},
             "comm": self.comm,
+            "comm_bytes": self.comm_bytes,
         }
 
 
@@ -174,10 +184,9 @@ def _groups_by_size(world_size: int, group_sizes: list) -> dict:
     return mine
 
 
-def _run_case(spec, objects: dict, case, groups: dict) -> dict:
+def _run_case(spec, objects: dict, case, data: dict, groups: dict) -> dict:
     rank = dist.get_rank()
-    run = CaseRun(groups[case.group_size], rank % case.group_size, case.group_size,
-                  case.groups[rank // case.group_size])
+    run = CaseRun(groups[case.group_size], rank % case.group_size, case.group_size, data)
     return spec.run_case(objects, case, run)
 
 
@@ -243,6 +252,9 @@ def substitute(objects: dict, replacements: dict) -> None:
 
 
 def _groups_for(spec, cases) -> dict:
+    """Every launch records at its process groups: the default one re-created on the recording
+    backend first, then the groups of the cases on it."""
+    recording.install()
     return _groups_by_size(spec.world_size, sorted({case.group_size for case in cases}))
 
 
@@ -252,14 +264,15 @@ def _as_bytes(payload: dict) -> bytes:
     return buffer.getvalue()
 
 
-def run_reference(lab: str, test: str, cases: list) -> bytes:
-    """Run the reference kernels of ``test`` on every case; torch.save bytes of {"reference": [...]}.
+def run_reference(lab: str, test: str, cases: list, rank_data: list) -> bytes:
+    """Run the reference kernels of ``test`` on every case (``rank_data[i]``: this rank's inputs of
+    case i); torch.save bytes of {"reference": [...]}.
     No submission code runs in this launch; a failure here is the judge's (``JudgeFailed``)."""
     try:
         module = importlib.import_module(f"grading.judge.{lab}")
         spec = module.TESTS[test]
         groups = _groups_for(spec, cases)
-        reference = [_run_case(spec, module.REFERENCE, case, groups) for case in cases]
+        reference = [_run_case(spec, module.REFERENCE, case, data, groups) for case, data in zip(cases, rank_data)]
     except BaseException as exc:
         raise JudgeFailed("".join(traceback.format_exception(exc))[-2000:]) from None
     return _as_bytes({"reference": reference})
@@ -322,9 +335,10 @@ def disarm(module, spec) -> list:
     return disarmed
 
 
-def run_submission(lab: str, test: str, cases: list, blob: bytes, sources: dict) -> bytes:
-    """Run the submission's objects (``blob``) on every case of ``test``; torch.save bytes of
-    {"student": [...]}. The grader's answers are disarmed before the blob is unpickled."""
+def run_submission(lab: str, test: str, cases: list, rank_data: list, blob: bytes, sources: dict) -> bytes:
+    """Run the submission's objects (``blob``) on every case of ``test`` (``rank_data[i]``: this
+    rank's inputs of case i, nothing of the other ranks'); torch.save bytes of {"student": [...]}.
+    The grader's answers are disarmed before the blob is unpickled."""
     module = importlib.import_module(f"grading.judge.{lab}")
     spec = module.TESTS[test]
     groups = _groups_for(spec, cases)
@@ -341,9 +355,9 @@ def run_submission(lab: str, test: str, cases: list, blob: bytes, sources: dict)
         raise StudentCodeFailed(f"your code uses the grader's own implementation: {borrowed}")
     substitute(objects, {name: module.REFERENCE[name] for name in spec.substitutes})
     student = []
-    for case in cases:
+    for case, data in zip(cases, rank_data):
         try:
-            student.append(_run_case(spec, objects, case, groups))
+            student.append(_run_case(spec, objects, case, data, groups))
         except BaseException as exc:
             raise StudentCodeFailed(f"{case.name}: {describe_exception(exc, sources)}") from None
     return _as_bytes({"student": student})

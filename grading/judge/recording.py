@@ -1,0 +1,206 @@
+"""What a rank communicated, recorded at the ProcessGroup, below ``torch.distributed``'s functions.
+
+The judge's ranks (the reference's and the submission's) run their process groups on the
+backend ``judged``: a Python ``dist.ProcessGroup`` that wraps the rank's real backend (gloo, or
+NCCL on GPUs) and notes every operation it is asked for, with the bytes this rank hands it,
+before passing it on. ``dist.all_reduce``, ``distributed_c10d.all_reduce``, ``group.allreduce``
+on the group object, the autograd collectives of ``torch.distributed.nn``, object collectives
+and every group created with ``dist.new_group`` all end here; an operation the wrapper does not
+know fails (no backend is registered behind it), it is never passed on unrecorded.
+
+Names are canonical, so equivalent calls count alike: ``all_gather`` (``all_gather``,
+``all_gather_into_tensor``), ``reduce_scatter`` (``reduce_scatter``, ``reduce_scatter_tensor``),
+``all_to_all`` (``all_to_all``, ``all_to_all_single``), ``send`` (``send``, ``isend``),
+``recv`` (``recv``, ``irecv``), ``all_reduce``, ``broadcast``, ``reduce``, ``gather``, ``scatter``,
+``barrier``. ``bytes``: what this rank puts in, its input buffers (all_reduce, broadcast, reduce,
+send: the buffer; all_gather, gather: this rank's input; reduce_scatter, all_to_all, scatter:
+the whole input; recv: the buffer it receives into; barrier: 0).
+
+This is recorded inside the rank's process: code running there can still reach the wrapped
+backend, or open a channel of its own (see grading/README.md, "What this does not stop").
+"""
+from __future__ import annotations
+
+import threading
+from datetime import timedelta
+from typing import NamedTuple
+
+import torch
+import torch.distributed as dist
+from torch.distributed import distributed_c10d
+
+BACKEND_NAME = "judged"
+_lock = threading.Lock()
+#: Every operation of this process, in the order the ranks' code asked for them.
+_log: list = []
+
+
+class Message(NamedTuple):
+    """One operation: canonical ``op``, ``bytes`` this rank handed it, ``peer`` (global rank of the
+    other side of a send/recv, the root of a rooted collective, else None), ``group_size``."""
+
+    op: str
+    bytes: int
+    peer: int | None
+    group_size: int
+
+
+def log_position() -> int:
+    """How many operations this process has recorded so far (a mark for ``since``)."""
+    return len(_log)
+
+
+def since(position: int) -> list:
+    """The operations recorded after ``log_position()`` returned ``position``, in order."""
+    return list(_log[position:])
+
+
+def summary(messages: list) -> tuple[dict, dict]:
+    """({op: calls}, {op: bytes}) of ``messages``."""
+    calls: dict = {}
+    sizes: dict = {}
+    for message in messages:
+        calls[message.op] = calls.get(message.op, 0) + 1
+        sizes[message.op] = sizes.get(message.op, 0) + message.bytes
+    return calls, sizes
+
+
+def _tensors(value) -> list:
+    """The tensors in ``value`` (a tensor, or lists of them, nested)."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [t for item in value for t in _tensors(item)]
+    return []
+
+
+def _nbytes(value) -> int:
+    return sum(t.numel() * t.element_size() for t in _tensors(value))
+
+
+class RecordingProcessGroup(dist.ProcessGroup):
+    """A process group that records each operation (``Message``) and runs it on ``inner``."""
+
+    def __init__(self, inner, rank: int, size: int, global_ranks: list):
+        super().__init__(rank, size)
+        # the default group is told no ranks: its group ranks are the global ones
+        self._inner, self._global_ranks = inner, list(global_ranks) or list(range(size))
+
+    def getBackendName(self) -> str:
+        return BACKEND_NAME
+
+    def _note(self, op: str, nbytes: int, peer: int | None = None) -> None:
+        peer_global = self._global_ranks[peer] if peer is not None and 0 <= peer < len(self._global_ranks) else None
+        with _lock:
+            _log.append(Message(op, int(nbytes), peer_global, self.size()))
+
+    def _run(self, method: str, *args, opts=None):
+        function = getattr(self._inner, method)
+        return function(*args) if opts is None else function(*args, opts)
+
+    def allreduce(self, tensors, opts=None):
+        self._note("all_reduce", _nbytes(tensors))
+        return self._run("allreduce", _tensors(tensors), opts=opts)
+
+    def allreduce_coalesced(self, tensors, opts=None):
+        self._note("all_reduce", _nbytes(tensors))
+        return self._run("allreduce_coalesced", tensors, opts=opts)
+
+    def allgather(self, output_lists, inputs, opts=None):
+        self._note("all_gather", _nbytes(inputs))
+        return self._run("allgather", output_lists, _tensors(inputs), opts=opts)
+
+    def all_gather_single(self, output, input, opts=None):
+        self._note("all_gather", _nbytes(input))
+        return self._run("_allgather_base", output, input, opts=opts)
+
+    _allgather_base = all_gather_single
+
+    def reduce_scatter(self, outputs, input_lists, opts=None):
+        self._note("reduce_scatter", _nbytes(input_lists))
+        return self._run("reduce_scatter", outputs, input_lists, opts=opts)
+
+    def reduce_scatter_single(self, output, input, opts=None):
+        self._note("reduce_scatter", _nbytes(input))
+        return self._run("_reduce_scatter_base", output, input, opts=opts)
+
+    _reduce_scatter_base = reduce_scatter_single
+
+    def alltoall(self, outputs, inputs, opts=None):
+        self._note("all_to_all", _nbytes(inputs))
+        return self._run("alltoall", outputs, inputs, opts=opts)
+
+    def all_to_all_single(self, output, input, output_splits, input_splits, opts=None):
+        self._note("all_to_all", _nbytes(input))
+        return self._run("alltoall_base", output, input, output_splits, input_splits, opts=opts)
+
+    alltoall_base = all_to_all_single
+
+    def broadcast(self, tensors, opts=None):
+        self._note("broadcast", _nbytes(tensors), getattr(opts, "rootRank", None))
+        return self._run("broadcast", _tensors(tensors), opts=opts)
+
+    def reduce(self, tensors, opts=None):
+        self._note("reduce", _nbytes(tensors), getattr(opts, "rootRank", None))
+        return self._run("reduce", _tensors(tensors), opts=opts)
+
+    def gather(self, outputs, inputs, opts=None):
+        self._note("gather", _nbytes(inputs), getattr(opts, "rootRank", None))
+        return self._run("gather", outputs, inputs, opts=opts)
+
+    def scatter(self, outputs, inputs, opts=None):
+        self._note("scatter", _nbytes(inputs), getattr(opts, "rootRank", None))
+        return self._run("scatter", outputs, inputs, opts=opts)
+
+    def send(self, tensors, dst: int, tag: int = 0):
+        self._note("send", _nbytes(tensors), dst)
+        return self._inner.send(_tensors(tensors), dst, tag)
+
+    def recv(self, tensors, src: int, tag: int = 0):
+        self._note("recv", _nbytes(tensors), src)
+        return self._inner.recv(_tensors(tensors), src, tag)
+
+    def recv_anysource(self, tensors, tag: int = 0):
+        self._note("recv", _nbytes(tensors))
+        return self._inner.recv_anysource(_tensors(tensors), tag)
+
+    def barrier(self, opts=None):
+        self._note("barrier", 0)
+        return self._inner.barrier() if opts is None else self._inner.barrier(opts)
+
+
+def _make_inner(kind: str, options):
+    """The real backend of one group, built as ``distributed_c10d`` builds gloo's and NCCL's
+    (``options``: its ``_DistributedBackendOptions``)."""
+    if kind == "nccl":  # not exercised on CPU-only machines
+        nccl_options = dist.ProcessGroupNCCL.Options()
+        nccl_options.is_high_priority_stream = False
+        nccl_options._timeout = options.timeout
+        nccl_options.global_ranks_in_group = options.global_ranks_in_group
+        nccl_options.group_name = options.group_id
+        return dist.ProcessGroupNCCL(options.store, options.group_rank, options.group_size, nccl_options)
+    return dist.ProcessGroupGloo(options.store, options.group_rank, options.group_size, options.timeout)
+
+
+def _creator(kind: str):
+    def create(options, _backend_options):
+        inner = _make_inner(kind, options)
+        return RecordingProcessGroup(inner, options.group_rank, options.group_size, options.global_ranks_in_group)
+    return create
+
+
+def install() -> None:
+    """Re-create this rank's default process group on the recording backend (every rank of the
+    launch calls it, before any other collective): the same store, rank, world and real backend."""
+    if dist.get_backend() == BACKEND_NAME:
+        return
+    kind = "nccl" if dist.get_backend() == "nccl" else "gloo"
+    store = distributed_c10d._get_default_store()
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    dist.barrier()  # every rank has read the store before rank 0's group goes
+    dist.destroy_process_group()
+    if BACKEND_NAME.upper() not in dist.Backend._plugins:
+        dist.Backend.register_backend(BACKEND_NAME, _creator(kind), extended_api=True,
+                                      devices=["cuda"] if kind == "nccl" else ["cpu"])
+    dist.init_process_group(BACKEND_NAME, store=dist.PrefixStore(BACKEND_NAME, store), rank=rank,
+                            world_size=world_size, timeout=timedelta(seconds=1800))
