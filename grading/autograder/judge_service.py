@@ -82,4 +82,7 @@ class JudgeService:
             self._process.kill()
             self._process.wait()
         self._process = None
+        from grading.autograder.sandbox import staging_folder
+
         shutil.rmtree(self._sandbox_dir, ignore_errors=True)
+        shutil.rmtree(staging_folder(self._sandbox_dir), ignore_errors=True)
