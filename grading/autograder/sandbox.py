@@ -51,6 +51,13 @@ INSTALL_HINT = ("course grade runs every submission in a bubblewrap sandbox; ins
                 "(Debian/Ubuntu: sudo apt-get install bubblewrap)")
 
 
+#: What lets an ordinary user's bwrap create its namespaces (Debian, Ubuntu, most distributions).
+USER_NAMESPACES_HINT = ("as an ordinary user bwrap needs unprivileged user namespaces: sysctl "
+                        "kernel.unprivileged_userns_clone=1 (Debian), user.max_user_namespaces above 0, and on "
+                        "Ubuntu 23.10 or later kernel.apparmor_restrict_unprivileged_userns=0 or an AppArmor "
+                        "profile for bwrap; or run course grade as root")
+
+
 class SandboxUnavailable(RuntimeError):
     """bwrap is missing or cannot create namespaces here; the message says what to do."""
 
@@ -64,13 +71,15 @@ def find_bwrap() -> str:
 
 
 def probe(bwrap: str) -> None:
-    """Run ``true`` in a sandbox like the kernels'; SandboxUnavailable with bwrap's words if it fails
-    (user namespaces disabled, say: ``sysctl kernel.unprivileged_userns_clone=1``)."""
-    argv = [bwrap, *_system_binds(), "--proc", "/proc", "--dev", "/dev", "--unshare-net", "--unshare-pid",
-            "--die-with-parent", "--new-session", "true"]
+    """Run ``true`` in a sandbox like the kernels'; SandboxUnavailable with bwrap's words if it fails.
+    An ordinary user's bwrap (not setuid) needs unprivileged user namespaces: the message names the
+    settings that allow them."""
+    argv = [bwrap, "--cap-drop", "ALL", *_system_binds(), "--proc", "/proc", "--dev", "/dev", "--unshare-net",
+            "--unshare-pid", "--die-with-parent", "--new-session", "true"]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S)
     if done.returncode:
-        raise SandboxUnavailable(f"bwrap cannot create a sandbox here: {done.stderr.strip()[-300:]}")
+        raise SandboxUnavailable(f"bwrap cannot create a sandbox here: {done.stderr.strip()[-300:]}" +
+                                 ("" if os.geteuid() == 0 else f" ({USER_NAMESPACES_HINT})"))
 
 
 @dataclass(frozen=True)
