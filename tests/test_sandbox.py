@@ -170,6 +170,7 @@ def test_the_judges_ranks_see_only_labutils_and_no_grader_file_and_die_with_thei
     work = tmp_path / "ranks"
     work.mkdir()
     (tmp_path / "gradebook.db").write_text("secret")
+    (work / "planted.py").write_text("")  # left by an earlier submission's ranks: never imported
     wrapper = judge_rank_wrapper(find_bwrap(), REPO, str(work), 2.0, on_gpu=False)
     code = f"""
 import importlib, os, labutils, torch.distributed as dist
@@ -180,6 +181,11 @@ def look():
         reloaded = 'reloaded'
     except Exception as exc:
         reloaded = type(exc).__name__
+    try:
+        import planted
+        reloaded += ' planted'
+    except ImportError:
+        pass
     return (sorted(n for n in os.listdir({REPO!r}) if not n.startswith('.')), os.listdir({REPO + '/grading'!r}),
             reloaded, os.path.exists({str(tmp_path / 'gradebook.db')!r}), dist.get_world_size(),
             open('/proc/self/status').read().split('CapEff:')[1].split()[0])

@@ -69,6 +69,19 @@ class JudgeService:
         finally:
             shutil.rmtree(self._socket_dir, ignore_errors=True)
             self._socket_dir = None
+            self._empty_sandbox_folders()
+
+    def _empty_sandbox_folders(self) -> None:
+        """Remove what the submission's ranks (ended with ``end``) left in their writable folder, and
+        the staged copies of grading/, so that nothing of one submission reaches the next one's ranks."""
+        from grading.autograder.sandbox import staging_folder
+
+        shutil.rmtree(staging_folder(self._sandbox_dir), ignore_errors=True)
+        for entry in os.scandir(self._sandbox_dir):
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path, ignore_errors=True)
+            else:
+                os.unlink(entry.path)
 
     def close(self) -> None:
         """Stop the judge process (and, with it, its ranks)."""

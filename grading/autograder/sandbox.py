@@ -231,7 +231,9 @@ def judge_rank_wrapper(bwrap: str, course_root: str, work_dir: str, memory_limit
     gradebook, no submissions), loopback only, its own PID namespace (restarted for every
     submission), RLIMIT_AS as for kernels. In place of ``grading/`` the template gets a copy of the
     files the ranks import, staged for it alone, which it imports and deletes before any rank starts
-    (``rank_guard``): a submission's code on a rank finds no grader file to read or reload."""
+    (``rank_guard``): a submission's code on a rank finds no grader file to read or reload. The
+    template does not import from ``work_dir`` (``python -P``), and ``JudgeService`` empties it after
+    every submission: nothing a submission leaves there reaches the next one's ranks."""
     grading_dir = os.path.join(course_root, "grading")
     stage = [sys.executable, "-I", "-c", STAGE_CODE, grading_dir, staging_folder(work_dir), STAGED_PLACEHOLDER,
              ",".join(RANK_GRADING_FILES)]
@@ -240,7 +242,7 @@ def judge_rank_wrapper(bwrap: str, course_root: str, work_dir: str, memory_limit
     for device in gpu_devices() if on_gpu else ():
         args += ["--dev-bind", device, device]
     cap = 0 if on_gpu or memory_limit_gib <= 0 else max(int(memory_limit_gib * 2**30), MIN_ADDRESS_SPACE_BYTES)
-    guard = [sys.executable, "-m", "grading.autograder.rank_guard", grading_dir]
+    guard = [sys.executable, "-P", "-m", "grading.autograder.rank_guard", grading_dir]  # -P: not ``work_dir`` first
     return stage + args + ["--remount-ro", "/", "--chdir", work_dir, "--"] + _address_space_cap(cap) + guard
 
 
