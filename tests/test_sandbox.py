@@ -222,3 +222,9 @@ def test_a_course_under_a_bound_system_folder_is_covered(tmp_path, monkeypatch):
     spec = SandboxSpec(**{**_spec(tmp_path).__dict__, "readonly": spec.readonly, "hidden": spec.hidden})
     done = _run_inside(spec, f"import os; print(os.listdir({str(environment)!r}), os.listdir({str(environment / 'course')!r}))")
     assert done.stdout.strip() == "['course'] ['labutils']", done.stderr
+
+
+def test_the_judges_ranks_always_start_from_the_sandboxed_template():
+    from grading.autograder.judge_service import judge_environment
+
+    assert judge_environment({"LABUTILS_START_METHOD": "spawn", "PATH": "/usr/bin"}) == {"PATH": "/usr/bin"}

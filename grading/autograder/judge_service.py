@@ -18,6 +18,16 @@ from grading.judge.protocol import read_message, write_message
 from grading.paths import COURSE_ROOT, isolated_module
 
 
+#: labutils' choice of how ranks start: only its rank template runs behind the sandbox's wrapper, so the
+#: judge's ranks always start from it (``spawn`` would start them unsandboxed).
+START_METHOD_ENV = "LABUTILS_START_METHOD"
+
+
+def judge_environment(env: dict) -> dict:
+    """The judge's environment: ``env`` without ``START_METHOD_ENV``."""
+    return {name: value for name, value in env.items() if name != START_METHOD_ENV}
+
+
 class JudgeServiceFailed(RuntimeError):
     """The judge process stopped or answered nonsense."""
 
@@ -41,7 +51,7 @@ class JudgeService:
                                 "--backend", self._backend, "--log", self._log_path,
                                 "--memory-limit", str(self._memory_limit_gib), "--sandbox-dir", self._sandbox_dir),
                 cwd=self._course_root, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
-                start_new_session=True)
+                start_new_session=True, env=judge_environment(os.environ))
 
     def _exchange(self, message: dict) -> dict:
         try:
