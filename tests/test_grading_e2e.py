@@ -38,9 +38,11 @@ def _fixtures(folder: str) -> dict:
 FIXTURES, ATTACKS = _fixtures(FIXTURES_DIR), _fixtures(ATTACKS_DIR)
 #: The red team's students and the attacks each hands in together (each attack on cells of its own,
 #: so each part still shows what its own attack scores; three notebooks keep the class small).
-RED_TEAM = {"red_team_on_the_grader": ("reloads_the_reference", "reads_the_reference_when_judged",
+#: (prints_the_grader fails every hidden-test cell in the notebook after the judge ran, which would
+#: hide attacks_classmates' forged pass, so the two are handed in by different students.)
+RED_TEAM = {"red_team_on_the_grader": ("prints_the_grader", "reads_the_reference_when_judged",
                                        "shares_memory_to_escape_the_cap"),
-            "red_team_on_classmates": ("attacks_classmates", "outlives_grading", "prints_the_grader"),
+            "red_team_on_classmates": ("reloads_the_reference", "attacks_classmates", "outlives_grading"),
             "red_team_fair_to_correct_code": ("edits_its_own_metadata", "hands_in_a_helper_file")}
 #: In the command line of every process a red-team attack starts.
 DAEMON_MARK = "red-team-daemon"
