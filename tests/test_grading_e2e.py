@@ -332,3 +332,12 @@ def test_feedback_names_a_helper_file_and_repaired_metadata_and_quotes_no_grader
     assert "handed in my_layers.py beside the notebook" in pages["red_team_fair_to_correct_code"]
     assert "edited the nbgrader metadata of cell f: restored from the release" in pages["red_team_fair_to_correct_code"]
     assert "From the grader" not in pages["solution"]
+
+
+@pytest.mark.parametrize("student, cell, wall", [
+    ("red_team_on_classmates", "test_f", "ModuleNotFoundError"),  # reload: no grader file on the rank
+    ("red_team_on_the_grader", "test_g", "FileNotFoundError"),  # the reference's file is not on disk
+    ("red_team_on_the_grader", "test_parallel_mlp", "Cannot allocate memory"),  # RLIMIT_AS counts shared maps
+])
+def test_each_attack_hits_its_wall(graded, student, cell, wall):
+    assert wall in graded["parts"][student][cell]["lines"][0]
