@@ -19,7 +19,8 @@ Wall clock on this machine, gloo on CPU:
 
 Prints the seconds of each, per submission, their ratio, whether every student's total
 agrees between the two gradebooks, and the sandbox's overhead per submission: a kernel started,
-run on one cell and stopped in course grade's bubblewrap sandbox against the same without it.
+run on one cell and stopped in course grade's bubblewrap sandbox against the same without it, and
+the judge's rank template started (restarted for every submission) in its sandbox against without.
 """
 from __future__ import annotations
 
@@ -137,6 +138,35 @@ def sandbox_overhead_s(work: str, repeats: int = 3) -> tuple:
     return inside, outside
 
 
+#: Run in a fresh interpreter: seconds to start labutils' rank template and run one call on one rank.
+_TEMPLATE_START = ("import os, time, labutils\nstart = time.perf_counter()\n"
+                   "labutils.launch(os.getpid, 1, backend='gloo', timeout=120)\nprint(time.perf_counter() - start)")
+
+
+def rank_template_overhead_s(work: str, repeats: int = 3) -> tuple:
+    """(seconds in the judge's rank sandbox, seconds without) to start a rank template and run one call
+    on one rank, best of ``repeats``: what ``course grade`` pays per submission (the judge's template
+    restarts for each), the sandbox, the staged copy of grading/ and its imports (``rank_guard``) included."""
+    import json
+
+    from grading.autograder.sandbox import find_bwrap, judge_rank_wrapper
+    from labutils._starters import RANK_WRAPPER_ENV
+
+    folder = os.path.join(work, "ranks")
+    os.makedirs(folder)
+    wrapper = judge_rank_wrapper(find_bwrap(), REPO, folder, 2.0, on_gpu=False)
+    env = {k: v for k, v in os.environ.items() if k != RANK_WRAPPER_ENV}
+
+    def once(extra: dict) -> float:
+        done = subprocess.run([sys.executable, "-c", _TEMPLATE_START], capture_output=True, text=True, cwd=REPO,
+                              env=dict(env, TMPDIR=folder, **extra), check=True, timeout=300)
+        return float(done.stdout.split()[-1])
+
+    inside = min(once({RANK_WRAPPER_ENV: json.dumps(wrapper)}) for _ in range(repeats))
+    outside = min(once({}) for _ in range(repeats))
+    return inside, outside
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=30, help="submissions (default 30)")
@@ -164,6 +194,10 @@ def main(argv=None) -> int:
         inside, outside = sandbox_overhead_s(work)
         print(f"sandbox overhead: {inside - outside:+.2f} s per submission (a kernel's start, `import torch` "
               f"and stop: {inside:.2f} s in bwrap, {outside:.2f} s without; best of 3)")
+        inside, outside = rank_template_overhead_s(work)
+        print(f"judge's rank sandbox: {inside - outside:+.2f} s per submission (its rank template's start and one "
+              f"call: {inside:.2f} s in bwrap with grading/ staged, imported and deleted, {outside:.2f} s without; "
+              "best of 3)")
         plain_totals, ours_totals = totals(os.path.join(work, "plain")), totals(os.path.join(work, "ours"))
         disagree = sorted(s for s in students if plain_totals.get(s) != ours_totals.get(s))
         print("totals agree for every student" if not disagree else

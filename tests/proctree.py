@@ -2,6 +2,7 @@
 
     ranks = [p for p in descendants(server_pid) if is_labutils_process(p)]
     assert not wait_until_gone(descendants(), timeout_s=5.0)     # nothing left under this test
+    assert not processes_of(uid) and not processes_mentioning("red-team-daemon")  # by owner, by mark
 """
 from __future__ import annotations
 
@@ -110,3 +111,22 @@ def wait_until_gone(pids, timeout_s: float) -> set[int]:
 def describe(pids) -> str:
     """One line per pid: "PID: command line", for assertion messages."""
     return "\n".join(f"{p}: {command_line(p)}" for p in sorted(pids)) or "(none)"
+
+
+def owner(pid: int) -> int | None:
+    """The real uid of ``pid`` (None if it is gone)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return next(int(line.split()[1]) for line in f if line.startswith("Uid:"))
+    except (OSError, StopIteration):
+        return None
+
+
+def processes_of(uid: int) -> set[int]:
+    """Live pids whose real uid is ``uid``."""
+    return {int(p) for p in os.listdir("/proc") if p.isdigit() and owner(int(p)) == uid and is_alive(int(p))}
+
+
+def processes_mentioning(text: str) -> set[int]:
+    """Live pids whose command line contains ``text``."""
+    return {int(p) for p in os.listdir("/proc") if p.isdigit() and text in command_line(int(p)) and is_alive(int(p))}

@@ -1,6 +1,8 @@
 """End to end through real nbgrader and its SQLite gradebook: `course grade` on the solution,
-the untouched release and every fixture of tests/fixtures/lab01 (wrong implementations, a cheat,
-a tampered notebook, a hung rank, a dead kernel); a kernel that loops forever, with a short cell
+the untouched release, every fixture of tests/fixtures/lab01 (wrong implementations, a cheat,
+a tampered notebook, a hung rank, a dead kernel) and every red-team attack of
+tests/fixtures/attacks (each scores what an empty part scores, changes nobody else's grade,
+leaves no process and is named in the report); a kernel that loops forever, with a short cell
 timeout; then plain `nbgrader autograde` on the solution."""
 from __future__ import annotations
 
@@ -25,8 +27,34 @@ LAB = "lab01_tensor_parallel"
 FIXTURES_DIR = os.path.join(REPO, "tests", "fixtures", "lab01")
 #: GiB per grading process: the memory hog's 4 judge ranks fill it within the 10 s rank timeout.
 MEMORY_LIMIT_GIB = 1.5
-FIXTURES = {name[:-3]: parse_fixture(name[:-3], open(os.path.join(FIXTURES_DIR, name)).read())
-            for name in sorted(os.listdir(FIXTURES_DIR)) if name.endswith(".py")}
+ATTACKS_DIR = os.path.join(REPO, "tests", "fixtures", "attacks")
+
+
+def _fixtures(folder: str) -> dict:
+    return {name[:-3]: parse_fixture(name[:-3], open(os.path.join(folder, name)).read())
+            for name in sorted(os.listdir(folder)) if name.endswith(".py")}
+
+
+FIXTURES, ATTACKS = _fixtures(FIXTURES_DIR), _fixtures(ATTACKS_DIR)
+#: The red team's students and the attacks each hands in together (each attack on cells of its own,
+#: so each part still shows what its own attack scores; three notebooks keep the class small).
+#: (prints_the_grader fails every hidden-test cell in the notebook after the judge ran, which would
+#: hide attacks_classmates' forged pass, so the two are handed in by different students.)
+RED_TEAM = {"red_team_on_the_grader": ("prints_the_grader", "reads_the_reference_when_judged",
+                                       "shares_memory_to_escape_the_cap"),
+            "red_team_on_classmates": ("reloads_the_reference", "attacks_classmates", "outlives_grading"),
+            "red_team_fair_to_correct_code": ("edits_its_own_metadata", "hands_in_a_helper_file")}
+#: In the command line of every process a red-team attack starts.
+DAEMON_MARK = "red-team-daemon"
+
+
+def _red_team_notebook(solution, student: str):
+    """The solution with every attack of ``student`` applied; the files they hand in beside it."""
+    notebook, files = solution, {}
+    for name in RED_TEAM[student]:
+        notebook = apply_fixture(notebook, ATTACKS[name])
+        files.update(ATTACKS[name].files)
+    return notebook, files
 POINTS = {"test_f": 2, "test_g": 2, "test_column_parallel": 4, "test_row_parallel": 4, "test_parallel_mlp": 4}
 
 
@@ -36,9 +64,11 @@ def _notebooks():
     return student_solution(source, release), release
 
 
-def _write(folder, student, notebook):
+def _write(folder, student, notebook, files=None):
     os.makedirs(folder / student)
     nbformat.write(notebook, str(folder / student / f"{LAB}.ipynb"))
+    for name, text in (files or {}).items():
+        (folder / student / name).write_text(text)
 
 
 def _processes_inside(folder: str) -> list:
@@ -51,19 +81,9 @@ def _processes_inside(folder: str) -> list:
             cwd = os.readlink(f"/proc/{pid}/cwd")
         except OSError:
             continue
-        if folder in cmdline or cwd.startswith(folder):
+        if folder in cmdline or cwd.startswith(folder) or DAEMON_MARK in cmdline:
             found.append(int(pid))
     return found
-
-
-def _with_edited_metadata(notebook):
-    """The notebook with its answer cell f marked as graded (without points): nbgrader's metadata
-    check alone would fail the whole submission."""
-    edited = nbformat.from_dict(json.loads(json.dumps(notebook)))
-    for cell in edited.cells:
-        if cell.metadata.get("nbgrader", {}).get("grade_id") == "f":
-            cell.metadata.nbgrader["grade"] = True
-    return edited
 
 
 @pytest.fixture(scope="module")
@@ -76,7 +96,8 @@ def graded(tmp_path_factory):
     _write(submissions, "untouched", release)
     for name, fixture in FIXTURES.items():
         _write(submissions, name, apply_fixture(solution, fixture))
-    _write(submissions, "metadata_edited", _with_edited_metadata(solution))
+    for student in RED_TEAM:
+        _write(submissions, student, *_red_team_notebook(solution, student))
     course = str(work / "course")
     started = time.monotonic()
     done = subprocess.run([sys.executable, "-m", "grading", "grade", LAB, str(submissions), "--course-dir", course,
@@ -107,7 +128,7 @@ def _gradebook_scores(course: str) -> dict:
 
 
 def test_every_submission_is_graded_and_nothing_is_left_running(graded):
-    assert set(graded["submissions"]) == {"solution", "untouched", "metadata_edited", *FIXTURES}
+    assert set(graded["submissions"]) == {"solution", "untouched", *FIXTURES, *RED_TEAM}
     assert all(set(parts) == set(POINTS) for parts in graded["parts"].values())
     assert _processes_inside(graded["course"]) == []
     total = len(graded["submissions"])
@@ -149,7 +170,8 @@ def test_tampering_is_reported_and_repaired(graded):
     assert found == set(FIXTURES["tampered"].reports)
     assert tampered["points"] == sum(POINTS.values())
     assert "tampered: deleted test cell test_g: put back and run by the grader" in graded["stdout"]
-    assert all(not s["tampering"] for name, s in graded["submissions"].items() if name != "tampered")
+    assert all(not s["tampering"] for name, s in graded["submissions"].items()
+               if name not in ("tampered", "red_team_fair_to_correct_code"))
 
 
 def test_a_hung_rank_times_out_within_the_rank_timeout_and_the_rest_is_graded(graded):
@@ -177,8 +199,10 @@ def test_feedback_never_shows_hidden_tests_but_says_what_failed(graded):
     for student in graded["submissions"]:
         with open(os.path.join(feedback, student, LAB, f"{LAB}.html")) as f:
             page = html.unescape(f.read())
+        handed_in = nbformat.read(os.path.join(graded["course"], "submitted", student, LAB, f"{LAB}.ipynb"), as_version=4)
+        own = "\n".join(cell.source for cell in handed_in.cells)  # the student's own text may say anything
         for secret in ("HIDDEN TESTS", 'judge("', "grading.judge", GRADING):
-            assert secret not in page, (student, secret)
+            assert secret not in page or secret in own, (student, secret)
     with open(os.path.join(feedback, "f_backward_without_all_reduce", LAB, f"{LAB}.html")) as f:
         assert "input gradient dX on rank 0 differs" in html.unescape(f.read())
 
@@ -262,7 +286,58 @@ def test_an_attack_on_the_grader_changes_nothing_and_is_reported(graded):
     assert _gradebook_scores(graded["course"])["solution"] == POINTS
 
 
-def test_a_metadata_edit_on_the_students_own_cell_is_repaired_and_reported(graded):
-    edited = graded["submissions"]["metadata_edited"]
-    assert edited["points"] == sum(POINTS.values()) and not edited["failure"]
-    assert "edited the nbgrader metadata of cell f: restored from the release" in edited["attention"]
+def test_every_attack_is_handed_in_once_on_cells_of_its_own():
+    assert sorted(name for names in RED_TEAM.values() for name in names) == sorted(ATTACKS)
+    for names in RED_TEAM.values():
+        sources = [{cell for action, cell, _ in ATTACKS[name].edits if action in ("replace", "append", "delete")}
+                   for name in names]  # the cells whose code each attack writes
+        assert all(not (a & b) for i, a in enumerate(sources) for b in sources[i + 1:]), names
+
+
+@pytest.mark.parametrize("name", sorted(ATTACKS))
+def test_each_attack_scores_what_an_empty_part_scores_and_is_reported(graded, name):
+    student = next(s for s, names in RED_TEAM.items() if name in names)
+    lost = set().union(*(ATTACKS[n].loses for n in RED_TEAM[student]))
+    scores = _gradebook_scores(graded["course"])[student]
+    assert scores == {cell: 0 if cell in lost else points for cell, points in POINTS.items()}
+    assert all(scores[cell] == 0 for cell in ATTACKS[name].loses)
+    attention = graded["submissions"][student]["attention"]
+    for text in ATTACKS[name].attention:
+        assert any(text in item for item in attention), (text, attention)
+    assert not graded["submissions"][student]["failure"]
+
+
+def test_attacks_change_no_other_grade_and_leave_no_process(graded):
+    assert _gradebook_scores(graded["course"])["solution"] == POINTS
+    assert graded["submissions"]["solution"]["attention"] == []
+    submitted = os.path.join(graded["course"], "submitted", "solution", LAB, f"{LAB}.ipynb")
+    assert nbformat.read(submitted, as_version=4).cells  # not overwritten
+    with open(os.path.join(graded["course"], "grades.csv")) as f:
+        assert "attacked" not in f.read()
+    assert _processes_inside(graded["course"]) == []  # no red-team daemon either
+
+
+def test_feedback_names_a_helper_file_and_repaired_metadata_and_quotes_no_grader_file(graded):
+    from grading.judge import lab01_tensor_parallel, rankside
+
+    feedback = os.path.join(graded["course"], "feedback")
+    grader_lines = [line.strip() for module in (lab01_tensor_parallel, rankside) for line in module.__doc__.splitlines()
+                    if len(line.strip()) >= 20]
+    for student in graded["submissions"]:
+        with open(os.path.join(feedback, student, LAB, f"{LAB}.html")) as f:
+            page = html.unescape(f.read())
+        assert not [line for line in grader_lines if line in page], student
+    pages = {name: html.unescape(open(os.path.join(feedback, name, LAB, f"{LAB}.html")).read())
+             for name in ("red_team_fair_to_correct_code", "solution")}
+    assert "handed in my_layers.py beside the notebook" in pages["red_team_fair_to_correct_code"]
+    assert "edited the nbgrader metadata of cell f: restored from the release" in pages["red_team_fair_to_correct_code"]
+    assert "From the grader" not in pages["solution"]
+
+
+@pytest.mark.parametrize("student, cell, wall", [
+    ("red_team_on_classmates", "test_f", "ModuleNotFoundError"),  # reload: no grader file on the rank
+    ("red_team_on_the_grader", "test_g", "FileNotFoundError"),  # the reference's file is not on disk
+    ("red_team_on_the_grader", "test_parallel_mlp", "Cannot allocate memory"),  # RLIMIT_AS counts shared maps
+])
+def test_each_attack_hits_its_wall(graded, student, cell, wall):
+    assert wall in graded["parts"][student][cell]["lines"][0]

@@ -8,7 +8,7 @@ import nbformat
 import pytest
 
 from grading.autograder.fixtures import apply_fixture, parse_fixture, student_solution
-from grading.autograder.suspicious import scan_source, suspicious_constructs
+from grading.autograder.suspicious import CONSTRUCTS, scan_source, suspicious_constructs
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LABS = sorted(name for name in os.listdir(os.path.join(REPO, "solutions")) if name.startswith("lab"))
@@ -72,3 +72,18 @@ def test_a_helper_file_beside_the_notebook_is_named_in_the_report(tmp_path):
     lines = helper_files(str(tmp_path), ["lab01_tensor_parallel.ipynb"])
     assert len(lines) == 1 and lines[0].startswith("handed in my_layers.py beside the notebook")
     assert helper_files(str(tmp_path / "missing"), []) == []
+
+
+ATTACKS = sorted(name[:-3] for name in os.listdir(os.path.join(REPO, "tests", "fixtures", "attacks")) if name.endswith(".py"))
+WHATS = tuple(what for _, what in CONSTRUCTS)
+
+
+@pytest.mark.parametrize("name", ATTACKS)
+def test_every_red_team_fixture_is_named_by_the_scan_where_it_says_so(name):
+    release, submitted = _fixture("lab01_tensor_parallel", "attacks", name)
+    with open(os.path.join(REPO, "tests", "fixtures", "attacks", f"{name}.py")) as f:
+        expected = [text for text in parse_fixture(name, f.read()).attention
+                    if text.startswith("look at cell") or text in WHATS]
+    lines = suspicious_constructs(release, submitted)
+    for text in expected:
+        assert any(text in line for line in lines), (text, lines)

@@ -164,21 +164,67 @@ def test_course_grade_says_how_to_install_bwrap_when_it_is_missing(tmp_path):
     assert "apt-get install bubblewrap" in done.stderr
 
 
-def test_the_judges_ranks_see_only_labutils_and_grading_and_die_with_their_template(tmp_path):
-    from grading.autograder.sandbox import judge_rank_wrapper
+def test_the_judges_ranks_see_only_labutils_and_no_grader_file_and_die_with_their_template(tmp_path):
+    from grading.autograder.sandbox import judge_rank_wrapper, staging_folder
 
     work = tmp_path / "ranks"
     work.mkdir()
     (tmp_path / "gradebook.db").write_text("secret")
+    (work / "planted.py").write_text("")  # left by an earlier submission's ranks: never imported
     wrapper = judge_rank_wrapper(find_bwrap(), REPO, str(work), 2.0, on_gpu=False)
     code = f"""
-import os, labutils, torch.distributed as dist
+import importlib, os, labutils, torch.distributed as dist
 def look():
-    return (sorted(n for n in os.listdir({REPO!r}) if not n.startswith('.')),
-            os.path.exists({str(tmp_path / 'gradebook.db')!r}), dist.get_world_size())
+    import grading.reference.tp_communications as reference
+    try:
+        importlib.reload(reference)
+        reloaded = 'reloaded'
+    except Exception as exc:
+        reloaded = type(exc).__name__
+    try:
+        import planted
+        reloaded += ' planted'
+    except ImportError:
+        pass
+    return (sorted(n for n in os.listdir({REPO!r}) if not n.startswith('.')), os.listdir({REPO + '/grading'!r}),
+            reloaded, os.path.exists({str(tmp_path / 'gradebook.db')!r}), dist.get_world_size(),
+            open('/proc/self/status').read().split('CapEff:')[1].split()[0])
 print(labutils.launch(look, 2, backend='gloo', timeout=60)[1])
 """
     env = dict(os.environ, LABUTILS_RANK_WRAPPER=__import__("json").dumps(wrapper), TMPDIR=str(work))
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180, env=env, cwd=REPO)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "(['grading', 'labutils'], False, 2)"
+    assert done.stdout.strip() == "(['grading', 'labutils'], [], 'ModuleNotFoundError', False, 2, '0000000000000000')"
+    assert [os.listdir(staging_folder(str(work)) + "/" + name) for name in os.listdir(staging_folder(str(work)))] == [[]]
+
+
+def test_no_capability_inside_and_the_address_space_cap_cannot_be_raised(tmp_path):
+    done = _run_inside(_spec(tmp_path), """
+import resource
+print(open('/proc/self/status').read().split('CapEff:')[1].split()[0])
+try:
+    resource.setrlimit(resource.RLIMIT_AS, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+    print('raised')
+except (ValueError, OSError):
+    print('kept')
+""")
+    assert done.stdout.split() == ["0000000000000000", "kept"], done.stderr
+
+
+def test_a_course_under_a_bound_system_folder_is_covered(tmp_path, monkeypatch):
+    environment = tmp_path / "env"
+    (environment / "course" / "grading").mkdir(parents=True)
+    (environment / "course" / "grading" / "secret.py").write_text("ANSWER = 42")
+    (environment / "course" / "labutils").mkdir()
+    python_paths = sandbox.python_paths
+    monkeypatch.setattr(sandbox, "python_paths", lambda: [*python_paths(), str(environment)])
+    spec = submission_spec(str(tmp_path / "sandboxes"), "alice", str(environment / "course"), "", 1.0, on_gpu=False)
+    spec = SandboxSpec(**{**_spec(tmp_path).__dict__, "readonly": spec.readonly, "hidden": spec.hidden})
+    done = _run_inside(spec, f"import os; print(os.listdir({str(environment)!r}), os.listdir({str(environment / 'course')!r}))")
+    assert done.stdout.strip() == "['course'] ['labutils']", done.stderr
+
+
+def test_the_judges_ranks_always_start_from_the_sandboxed_template():
+    from grading.autograder.judge_service import judge_environment
+
+    assert judge_environment({"LABUTILS_START_METHOD": "spawn", "PATH": "/usr/bin"}) == {"PATH": "/usr/bin"}

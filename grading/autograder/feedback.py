@@ -8,19 +8,25 @@ tracebacks of its errors (which quote that source). ``SanitizeHiddenTests``:
   ``course grade`` writes) or, without one, keeps only its verdict lines ("✓ ...",
   "✗ ...") and a one-line error;
 - cuts any other traceback that passes through the grading folder to its last line;
+- puts the grader's notices first (``STUDENT.notices.json`` beside the verdicts: a helper file handed in
+  beside the notebook, repaired nbgrader metadata), so the student learns what to change;
 - drops any output that quotes a line of the hidden regions (a submission can print the
   source of the cells that run after its own) or of the grader's files (``GRADER_FOLDERS``:
-  the judge's tests and the reference kernels), wherever it was printed, verdicts included;
-  lines the student's own cells hold too are not counted (a verdict quotes the student's line).
+  the judge's tests and the reference kernels), wherever it was printed (stdout, stderr, an
+  error, any type of display data, HTML as rendered), verdicts included;
+  lines the student's own cells hold too are not counted (a verdict quotes the student's line);
+- shortens the grading folder's path to "grading" wherever an output names it.
 """
 from __future__ import annotations
 
 import functools
 import glob
+import html
 import json
 import os
+import re
 
-from nbformat.v4 import new_output
+from nbformat.v4 import new_markdown_cell, new_output
 from nbgrader import utils
 from nbgrader.preprocessors import NbGraderPreprocessor
 from traitlets import Unicode
@@ -63,12 +69,50 @@ def split_hidden_region(source: str) -> tuple[str, list]:
     return "\n".join(kept).rstrip("\n"), hidden
 
 
+_TAG = re.compile(r"<[^>]*>")
+
+
+def _strings(value) -> list:
+    """Every string inside ``value`` (display data: a dict of strings, lists, JSON objects)."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [s for item in value.values() for s in _strings(item)]
+    if isinstance(value, list):
+        return [s for item in value for s in _strings(item)]
+    return []
+
+
 def _output_text(output) -> str:
+    """Every text an output shows, in every form it may be rendered: each of its data's types
+    (text/plain, HTML, Markdown, JSON, SVG...), and HTML as a browser reads it (entities decoded,
+    tags dropped)."""
     if output.output_type == "stream":
-        return output.get("text", "")
-    if output.output_type == "error":
-        return output.get("evalue", "") + "\n".join(output.get("traceback", []))
-    return str(output.get("data", {}).get("text/plain", ""))
+        text = output.get("text", "")
+    elif output.output_type == "error":
+        text = output.get("evalue", "") + "\n".join(output.get("traceback", []))
+    else:
+        text = "\n".join(_strings(output.get("data", {})))
+    readable = html.unescape(text)
+    return "\n".join((text, readable, _TAG.sub("", readable)))
+
+
+def _without_grader_paths(output):
+    """``output`` with the grading folder's path (in a stack a submission printed) shortened to
+    "grading": the feedback does not say where the grader lives."""
+    def shorten(value):
+        if isinstance(value, str):
+            return value.replace(GRADING_DIR, "grading")
+        if isinstance(value, list):
+            return [shorten(v) for v in value]
+        return value
+
+    for key in ("text", "evalue", "traceback"):
+        if key in output:
+            output[key] = shorten(output[key])
+    for kind, value in output.get("data", {}).items():
+        output["data"][kind] = shorten(value)
+    return output
 
 
 def _one_line_error(output):
@@ -94,25 +138,34 @@ def _verdict_lines_only(outputs) -> list:
     return kept
 
 
+def _read_json(path: str, missing):
+    """The JSON in ``path``, or ``missing`` when there is no such file."""
+    if not os.path.exists(path):
+        return missing
+    with open(path) as f:
+        return json.load(f)
+
+
 class SanitizeHiddenTests(NbGraderPreprocessor):
     """Hide hidden tests in feedback; show the judge's verdict in their place."""
 
-    verdicts_dir = Unicode("", help="folder of <assignment>/<student>.json verdicts written by course grade").tag(config=True)
+    verdicts_dir = Unicode("", help="folder of <assignment>/<student>.json verdicts (and .notices.json) written by course grade").tag(config=True)
 
     def preprocess(self, nb, resources):
-        self._verdicts = {}
         info = resources.get("nbgrader", {})
-        path = os.path.join(self.verdicts_dir, info.get("assignment", ""), f"{info.get('student', '')}.json")
-        if self.verdicts_dir and os.path.exists(path):
-            with open(path) as f:
-                self._verdicts = json.load(f)
+        stem = os.path.join(self.verdicts_dir, info.get("assignment", ""), info.get("student", ""))
+        self._verdicts, notices = (_read_json(f"{stem}{suffix}", empty) if self.verdicts_dir else empty
+                                   for suffix, empty in ((".json", {}), (".notices.json", [])))
         self._hidden_lines, own = set(), set()
         for cell in nb.cells:
             visible, hidden = split_hidden_region(cell.source)
             self._hidden_lines.update(line.strip() for line in hidden if len(line.strip()) >= MIN_LEAK_LINE_CHARS)
             own.update(line.strip() for line in visible.splitlines())
         self._hidden_lines |= grader_lines() - own
-        return super().preprocess(nb, resources)
+        nb, resources = super().preprocess(nb, resources)
+        if notices:
+            nb.cells.insert(0, new_markdown_cell("**From the grader:**\n\n" + "\n".join(f"- {line}" for line in notices)))
+        return nb, resources
 
     def _quotes_hidden_tests(self, output) -> bool:
         text = _output_text(output)
@@ -129,6 +182,6 @@ class SanitizeHiddenTests(NbGraderPreprocessor):
         else:
             outputs = [_one_line_error(o) if o.output_type == "error" and GRADING_DIR in "".join(o.get("traceback", []))
                        else o for o in cell.outputs]
-        cell.outputs = [new_output("stream", name="stdout", text=REDACTED) if self._quotes_hidden_tests(o) else o
-                        for o in outputs]
+        cell.outputs = [new_output("stream", name="stdout", text=REDACTED) if self._quotes_hidden_tests(o)
+                        else _without_grader_paths(o) for o in outputs]
         return cell, resources

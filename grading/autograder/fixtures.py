@@ -11,18 +11,25 @@ that notebook, one section per cell::
         ...
     # %% append: check_f            (add lines to a cell)
     # %% delete: test_g             (remove a cell; no body)
+    # %% insert: g                  (a new code cell after g; a first line "# nbgrader: {...}"
+                                      gives it that nbgrader metadata)
+    # %% metadata: f                (JSON merged into the cell's nbgrader metadata)
+    # %% file: my_layers.py         (a file handed in beside the notebook: ``Fixture.files``)
 
-Header lines ``# loses: CELL ...`` (test cells that must score zero) and ``# reports: ...``
-(tampering the report must list, ``kind role cell`` separated by ";") state what grading
-the fixture must give; the rest of the header describes it.
+Header lines ``# loses: CELL ...`` (test cells that must score zero), ``# reports: ...``
+(tampering the report must list, ``kind role cell`` separated by ";") and ``# attention: ...``
+(texts that lines of the report's attention list must contain, separated by ";") state what
+grading the fixture must give; the rest of the header describes it.
 """
 from __future__ import annotations
 
 import copy
+import json
 import re
 from dataclasses import dataclass, field
 
-_SECTION = re.compile(r"^# %% (replace|append|delete): (\S+)\s*$")
+_SECTION = re.compile(r"^# %% (replace|append|delete|insert|metadata|file): (\S+)\s*$")
+_CELL_METADATA = "# nbgrader: "
 _SOLUTION_MARKER = re.compile(r"^\s*### (BEGIN|END) SOLUTION\s*$")
 
 
@@ -35,6 +42,12 @@ class Fixture:
     loses: set
     reports: list
     edits: list = field(default_factory=list)  # (action, grade_id, text)
+    attention: list = field(default_factory=list)
+
+    @property
+    def files(self) -> dict:
+        """{file name: text} of the files handed in beside the notebook."""
+        return {name: text + "\n" for action, name, text in self.edits if action == "file"}
 
 
 def parse_fixture(name: str, text: str) -> Fixture:
@@ -52,6 +65,8 @@ def parse_fixture(name: str, text: str) -> Fixture:
             fixture.loses.update(line.split(":", 1)[1].split())
         elif line.startswith("# reports:"):
             fixture.reports += [item.strip() for item in line.split(":", 1)[1].split(";") if item.strip()]
+        elif line.startswith("# attention:"):
+            fixture.attention += [item.strip() for item in line.split(":", 1)[1].split(";") if item.strip()]
         elif line.startswith("#"):
             description.append(line.lstrip("# "))
     if not fixture.edits:
@@ -76,10 +91,26 @@ def student_solution(source, release):
     return notebook
 
 
+def _inserted_cell(text: str):
+    """A new code cell from an ``insert`` section's text (its nbgrader metadata from a first
+    ``# nbgrader: {...}`` line)."""
+    from nbformat.v4 import new_code_cell
+
+    first, _, rest = text.partition("\n")
+    if not first.startswith(_CELL_METADATA):
+        return new_code_cell(text)
+    cell = new_code_cell(rest)
+    cell.metadata["nbgrader"] = json.loads(first[len(_CELL_METADATA):])
+    return cell
+
+
 def apply_fixture(notebook, fixture: Fixture):
-    """A copy of ``notebook`` with the fixture's edits; KeyError names a cell that is not there."""
+    """A copy of ``notebook`` with the fixture's edits; KeyError names a cell that is not there.
+    ``file`` sections are not the notebook's: see ``Fixture.files``."""
     notebook = copy.deepcopy(notebook)
     for action, grade_id, text in fixture.edits:
+        if action == "file":
+            continue
         index = next((i for i, c in enumerate(notebook.cells) if _grade_id(c) == grade_id), None)
         if index is None:
             raise KeyError(f"fixture {fixture.name}: no cell {grade_id!r} in the notebook")
@@ -87,6 +118,10 @@ def apply_fixture(notebook, fixture: Fixture):
             del notebook.cells[index]
         elif action == "append":
             notebook.cells[index].source += "\n" + text
+        elif action == "insert":
+            notebook.cells.insert(index + 1, _inserted_cell(text))
+        elif action == "metadata":
+            notebook.cells[index].metadata["nbgrader"].update(json.loads(text))
         else:
             notebook.cells[index].source = text
     return notebook

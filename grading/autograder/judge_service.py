@@ -18,6 +18,16 @@ from grading.judge.protocol import read_message, write_message
 from grading.paths import COURSE_ROOT, isolated_module
 
 
+#: labutils' choice of how ranks start: only its rank template runs behind the sandbox's wrapper, so the
+#: judge's ranks always start from it (``spawn`` would start them unsandboxed).
+START_METHOD_ENV = "LABUTILS_START_METHOD"
+
+
+def judge_environment(env: dict) -> dict:
+    """The judge's environment: ``env`` without ``START_METHOD_ENV``."""
+    return {name: value for name, value in env.items() if name != START_METHOD_ENV}
+
+
 class JudgeServiceFailed(RuntimeError):
     """The judge process stopped or answered nonsense."""
 
@@ -41,7 +51,7 @@ class JudgeService:
                                 "--backend", self._backend, "--log", self._log_path,
                                 "--memory-limit", str(self._memory_limit_gib), "--sandbox-dir", self._sandbox_dir),
                 cwd=self._course_root, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
-                start_new_session=True)
+                start_new_session=True, env=judge_environment(os.environ))
 
     def _exchange(self, message: dict) -> dict:
         try:
@@ -69,6 +79,19 @@ class JudgeService:
         finally:
             shutil.rmtree(self._socket_dir, ignore_errors=True)
             self._socket_dir = None
+            self._empty_sandbox_folders()
+
+    def _empty_sandbox_folders(self) -> None:
+        """Remove what the submission's ranks (ended with ``end``) left in their writable folder, and
+        the staged copies of grading/, so that nothing of one submission reaches the next one's ranks."""
+        from grading.autograder.sandbox import staging_folder
+
+        shutil.rmtree(staging_folder(self._sandbox_dir), ignore_errors=True)
+        for entry in os.scandir(self._sandbox_dir):
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path, ignore_errors=True)
+            else:
+                os.unlink(entry.path)
 
     def close(self) -> None:
         """Stop the judge process (and, with it, its ranks)."""
@@ -82,4 +105,7 @@ class JudgeService:
             self._process.kill()
             self._process.wait()
         self._process = None
+        from grading.autograder.sandbox import staging_folder
+
         shutil.rmtree(self._sandbox_dir, ignore_errors=True)
+        shutil.rmtree(staging_folder(self._sandbox_dir), ignore_errors=True)

@@ -210,7 +210,8 @@ def _autograde(student: str, service: JudgeService, worker: AutogradeWorker, opt
     log_path = os.path.join(options.course_dir, "logs", options.lab, f"{student}.log")
     try:
         spec = submission_spec(sandbox_root, student, options.course_root, socket_path, memory_limit_gib,
-                               on_gpu=options.backend != "gloo" and bool(gpu_devices()))
+                               on_gpu=options.backend != "gloo" and bool(gpu_devices()),
+                               hidden=(options.course_dir, os.path.abspath(options.submissions_dir)))
         result = worker.autograde(options.lab, student, {"LAB_JUDGE_SOCKET": socket_path,
                                                          SANDBOX_ENV: spec.to_env()}, options.submission_timeout_s)
         with open(log_path, "w") as log:
@@ -357,14 +358,18 @@ def helper_files(folder: str, notebooks: list) -> list:
             f"anything the graded parts import from it fails there; put that code in the notebook" for name in extra]
 
 
-def _write_verdict_files(options: GradeOptions, outcomes: dict) -> None:
+def _write_verdict_files(options: GradeOptions, outcomes: dict, notices: dict) -> None:
+    """verdicts/LAB/STUDENT.json ({cell: {"passed", "lines"}}) and STUDENT.notices.json ([lines]): what
+    the feedback shows (``feedback.SanitizeHiddenTests``)."""
     import json
 
     for student, outcome in outcomes.items():
         verdicts = {p.cell: {"passed": p.status == "passed", "lines": p.lines}
                     for p in outcome.parts if p.status != "nbgrader"}
-        with open(os.path.join(options.course_dir, "verdicts", options.lab, f"{student}.json"), "w") as f:
-            json.dump(verdicts, f, indent=1, ensure_ascii=False)
+        folder = os.path.join(options.course_dir, "verdicts", options.lab)
+        for path, content in ((f"{student}.json", verdicts), (f"{student}.notices.json", notices.get(student, []))):
+            with open(os.path.join(folder, path), "w") as f:
+                json.dump(content, f, indent=1, ensure_ascii=False)
 
 
 def export_grades(course_dir: str) -> str:
@@ -402,6 +407,7 @@ def grade_class(options: GradeOptions, progress=None) -> ClassReport:
     repairs = repair_submissions(options, sorted(submissions), notebooks, release_dir)
     outcomes = _run_workers(options, sorted(submissions), progress)
     max_points = apply_verdicts(options, outcomes, cells)
+    notices = {}
     for student, outcome in outcomes.items():
         for name in notebooks:
             submitted = os.path.join(options.course_dir, "submitted", student, options.lab, name)
@@ -410,9 +416,10 @@ def grade_class(options: GradeOptions, progress=None) -> ClassReport:
                 handed_in = nbformat.read(submitted, as_version=4)
                 outcome.tampering += find_tampering(release, handed_in)
                 outcome.suspicious += suspicious_constructs(release, handed_in)
-        outcome.errors = repairs.get(student, []) + _notable_errors(options, student, notebooks)
-        outcome.errors += helper_files(os.path.join(options.course_dir, "submitted", student, options.lab), notebooks)
-    _write_verdict_files(options, outcomes)
+        helpers = helper_files(os.path.join(options.course_dir, "submitted", student, options.lab), notebooks)
+        outcome.errors = repairs.get(student, []) + _notable_errors(options, student, notebooks) + helpers
+        notices[student] = repairs.get(student, []) + helpers
+    _write_verdict_files(options, outcomes, notices)
     check(open_course(options.course_dir).generate_feedback(options.lab, force=True), "generate_feedback")
     grades_csv = export_grades(options.course_dir)
     return ClassReport(options.lab, options.course_dir, max_points, [outcomes[s] for s in sorted(outcomes)],

@@ -51,6 +51,13 @@ INSTALL_HINT = ("course grade runs every submission in a bubblewrap sandbox; ins
                 "(Debian/Ubuntu: sudo apt-get install bubblewrap)")
 
 
+#: What lets an ordinary user's bwrap create its namespaces (Debian, Ubuntu, most distributions).
+USER_NAMESPACES_HINT = ("as an ordinary user bwrap needs unprivileged user namespaces: sysctl "
+                        "kernel.unprivileged_userns_clone=1 (Debian), user.max_user_namespaces above 0, and on "
+                        "Ubuntu 23.10 or later kernel.apparmor_restrict_unprivileged_userns=0 or an AppArmor "
+                        "profile for bwrap; or run course grade as root")
+
+
 class SandboxUnavailable(RuntimeError):
     """bwrap is missing or cannot create namespaces here; the message says what to do."""
 
@@ -64,20 +71,23 @@ def find_bwrap() -> str:
 
 
 def probe(bwrap: str) -> None:
-    """Run ``true`` in a sandbox like the kernels'; SandboxUnavailable with bwrap's words if it fails
-    (user namespaces disabled, say: ``sysctl kernel.unprivileged_userns_clone=1``)."""
-    argv = [bwrap, *_system_binds(), "--proc", "/proc", "--dev", "/dev", "--unshare-net", "--unshare-pid",
-            "--die-with-parent", "--new-session", "true"]
+    """Run ``true`` in a sandbox like the kernels'; SandboxUnavailable with bwrap's words if it fails.
+    An ordinary user's bwrap (not setuid) needs unprivileged user namespaces: the message names the
+    settings that allow them."""
+    argv = [bwrap, "--cap-drop", "ALL", *_system_binds(), "--proc", "/proc", "--dev", "/dev", "--unshare-net",
+            "--unshare-pid", "--die-with-parent", "--new-session", "true"]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S)
     if done.returncode:
-        raise SandboxUnavailable(f"bwrap cannot create a sandbox here: {done.stderr.strip()[-300:]}")
+        raise SandboxUnavailable(f"bwrap cannot create a sandbox here: {done.stderr.strip()[-300:]}" +
+                                 ("" if os.geteuid() == 0 else f" ({USER_NAMESPACES_HINT})"))
 
 
 @dataclass(frozen=True)
 class SandboxSpec:
     """What one submission's sandbox shows. Paths are absolute and appear at the same place inside.
 
-    ``readonly``: extra folders or files bound read-only; ``runtime_dir``: jupyter's connection
+    ``readonly``: extra folders or files bound read-only; ``hidden``: folders covered by an empty
+    tmpfs where a system or Python bind would show them (the course, its grading folder); ``runtime_dir``: jupyter's connection
     file and IPC sockets (read-write); ``scratch_dir``: bound read-write at ``workdir``, where the
     notebook runs; ``judge_socket``: bound read-only; ``memory_limit_bytes``: RLIMIT_AS of every
     process (0: none); ``devices``: device files passed in (``/dev/nvidia*`` on a GPU node)."""
@@ -86,6 +96,7 @@ class SandboxSpec:
     scratch_dir: str
     runtime_dir: str
     readonly: tuple = ()
+    hidden: tuple = ()
     judge_socket: str = ""
     memory_limit_bytes: int = 0
     devices: tuple = field(default_factory=tuple)
@@ -124,15 +135,17 @@ def course_readonly(course_root: str) -> list:
 
 
 def submission_spec(sandbox_root: str, student: str, course_root: str, judge_socket: str,
-                    memory_limit_gib: float, on_gpu: bool) -> SandboxSpec:
+                    memory_limit_gib: float, on_gpu: bool, hidden: tuple = ()) -> SandboxSpec:
     """The sandbox of ``student``'s kernel: scratch and runtime folders under ``sandbox_root`` (the
     notebook's folder, ``workdir``, is filled in when the kernel starts), the course's student view,
-    the judge's socket; RLIMIT_AS of ``memory_limit_gib`` GiB (at least ``MIN_ADDRESS_SPACE_BYTES``)
+    the judge's socket; ``course_root`` and ``hidden`` (the course folder, the submissions) covered
+    where a system bind would show them; RLIMIT_AS of ``memory_limit_gib`` GiB (at least ``MIN_ADDRESS_SPACE_BYTES``)
     on a CPU node, none on a GPU node (use a cgroup there) where ``/dev/nvidia*`` are passed in."""
     folder = os.path.join(sandbox_root, student)
     cap = 0 if on_gpu or memory_limit_gib <= 0 else max(int(memory_limit_gib * 2**30), MIN_ADDRESS_SPACE_BYTES)
     return SandboxSpec(workdir="", scratch_dir=os.path.join(folder, "scratch"),
                        runtime_dir=os.path.join(folder, "runtime"), readonly=tuple(course_readonly(course_root)),
+                       hidden=(course_root, sandbox_root, *hidden),
                        judge_socket=judge_socket, memory_limit_bytes=cap,
                        devices=tuple(gpu_devices()) if on_gpu else ())
 
@@ -142,12 +155,24 @@ def gpu_devices() -> list:
     return sorted(glob.glob("/dev/nvidia*"))
 
 
-def _namespace_args(readonly: list) -> list:
-    """bwrap's options shared by every sandbox: namespaces, the system, Python and ``readonly``."""
-    args = ["--die-with-parent", "--new-session", "--unshare-pid", "--unshare-net", "--unshare-ipc",
-            "--unshare-uts", *_system_binds(), "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
-            "--tmpfs", "/home", "--dir", HOME]
-    for path in [*python_paths(), *readonly]:  # after the tmpfs: a course or venv under /home stays visible
+def _inside(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip("/") + "/")
+
+
+def _namespace_args(readonly: list, hidden: list = ()) -> list:
+    """bwrap's options shared by every sandbox: no capabilities (root keeps none inside), namespaces,
+    the system, Python and ``readonly``; each folder of ``hidden`` that one of those binds would
+    show (a course under ``/opt``, say) is covered by an empty tmpfs first."""
+    shown = [*SYSTEM_DIRS, *python_paths()]
+    args = ["--cap-drop", "ALL", "--die-with-parent", "--new-session", "--unshare-pid", "--unshare-net",
+            "--unshare-ipc", "--unshare-uts", *_system_binds(), "--proc", "/proc", "--dev", "/dev",
+            "--tmpfs", "/tmp", "--tmpfs", "/home", "--dir", HOME]
+    for path in python_paths():  # after the tmpfs: a course or venv under /home stays visible
+        args += ["--ro-bind", path, path]
+    covered = [h for h in hidden if any(_inside(h, folder) for folder in shown)]
+    for folder in covered:
+        args += ["--tmpfs", folder]
+    for path in [*(p for p in python_paths() if any(_inside(p, h) for h in covered)), *readonly]:
         args += ["--ro-bind", path, path]
     return args
 
@@ -158,7 +183,7 @@ def _address_space_cap(memory_limit_bytes: int) -> list:
 
 def sandbox_command(bwrap: str, spec: SandboxSpec, argv: list, env: dict) -> list:
     """The command line that runs ``argv`` in ``spec``'s sandbox with exactly ``env`` as environment."""
-    args = [bwrap, "--clearenv", *_namespace_args(list(spec.readonly)),
+    args = [bwrap, "--clearenv", *_namespace_args(list(spec.readonly), list(spec.hidden)),
             "--bind", spec.runtime_dir, spec.runtime_dir, "--bind", spec.scratch_dir, spec.workdir]
     for device in spec.devices:
         args += ["--dev-bind", device, device]
@@ -170,18 +195,55 @@ def sandbox_command(bwrap: str, spec: SandboxSpec, argv: list, env: dict) -> lis
     return args + _address_space_cap(spec.memory_limit_bytes) + list(argv)
 
 
+#: What of ``grading/`` the judge's ranks get (a copy staged per template, deleted once imported).
+RANK_GRADING_FILES = ("__init__.py", "paths.py", "judge", "reference", "autograder/__init__.py",
+                      "autograder/rank_guard.py")
+#: Stands for the staged copy's folder in the wrapper's words until ``STAGE_CODE`` makes it.
+STAGED_PLACEHOLDER = "{staged grading}"
+#: Run outside the sandbox before every template start: copy ``RANK_GRADING_FILES`` of argv[1] into
+#: a fresh folder under argv[2], put its path for argv[3] in the rest of argv, and exec that (bwrap).
+STAGE_CODE = """import os, shutil, sys, tempfile
+source, parent, placeholder, files = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4].split(',')
+os.makedirs(parent, exist_ok=True)
+staged = tempfile.mkdtemp(dir=parent)
+for name in files:
+    target = os.path.join(staged, name)
+    os.makedirs(os.path.dirname(target), exist_ok=True)
+    if os.path.isdir(os.path.join(source, name)):
+        shutil.copytree(os.path.join(source, name), target, ignore=shutil.ignore_patterns('__pycache__'))
+    else:
+        shutil.copy(os.path.join(source, name), target)
+argv = [staged if word == placeholder else word for word in sys.argv[5:]]
+os.execv(argv[0], argv)
+"""
+
+
+def staging_folder(work_dir: str) -> str:
+    """Where the copies of ``grading/`` for the judge's rank templates are staged: beside ``work_dir``,
+    outside every sandbox (``JudgeService`` removes both)."""
+    return work_dir.rstrip("/") + "-staged"
+
+
 def judge_rank_wrapper(bwrap: str, course_root: str, work_dir: str, memory_limit_gib: float, on_gpu: bool) -> list:
     """The words before the judge's rank template (``labutils``' ``LABUTILS_RANK_WRAPPER``): its ranks
-    run the submission's functions in a sandbox that shows the course's ``labutils`` and ``grading``
-    read-only (the rank-side code lives there), ``work_dir`` read-write (the judge's TMPDIR: the
-    ranks' sockets), nothing else of the course (no gradebook, no submissions), loopback only, its
-    own PID namespace (restarted for every submission), RLIMIT_AS as for kernels."""
-    readonly = [os.path.join(course_root, name) for name in ("labutils", "grading")]
-    args = [bwrap, *_namespace_args(readonly), "--bind", work_dir, work_dir]
+    run the submission's functions in a sandbox that shows the course's ``labutils`` read-only,
+    ``work_dir`` read-write (the judge's TMPDIR: the ranks' sockets), nothing else of the course (no
+    gradebook, no submissions), loopback only, its own PID namespace (restarted for every
+    submission), RLIMIT_AS as for kernels. In place of ``grading/`` the template gets a copy of the
+    files the ranks import, staged for it alone, which it imports and deletes before any rank starts
+    (``rank_guard``): a submission's code on a rank finds no grader file to read or reload. The
+    template does not import from ``work_dir`` (``python -P``), and ``JudgeService`` empties it after
+    every submission: nothing a submission leaves there reaches the next one's ranks."""
+    grading_dir = os.path.join(course_root, "grading")
+    stage = [sys.executable, "-I", "-c", STAGE_CODE, grading_dir, staging_folder(work_dir), STAGED_PLACEHOLDER,
+             ",".join(RANK_GRADING_FILES)]
+    args = [bwrap, *_namespace_args([os.path.join(course_root, "labutils")], [course_root]),
+            "--bind", STAGED_PLACEHOLDER, grading_dir, "--bind", work_dir, work_dir]
     for device in gpu_devices() if on_gpu else ():
         args += ["--dev-bind", device, device]
     cap = 0 if on_gpu or memory_limit_gib <= 0 else max(int(memory_limit_gib * 2**30), MIN_ADDRESS_SPACE_BYTES)
-    return args + ["--remount-ro", "/", "--chdir", work_dir, "--"] + _address_space_cap(cap)
+    guard = [sys.executable, "-P", "-m", "grading.autograder.rank_guard", grading_dir]  # -P: not ``work_dir`` first
+    return stage + args + ["--remount-ro", "/", "--chdir", work_dir, "--"] + _address_space_cap(cap) + guard
 
 
 #: Variables a sandboxed kernel keeps from the worker's environment (nothing else: no LD_PRELOAD).
