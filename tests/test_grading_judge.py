@@ -330,6 +330,8 @@ RED_TEAM = {
     ("lab02_collectives", "library_all_reduce_behind_dummy_sends"): ("test_ring_all_reduce",),
     ("lab02_collectives", "peeks_at_the_other_ranks_buffers"): ("test_ring_all_reduce",),
     ("lab02_collectives", "all_gather_sends_whole_buffers"): ("test_ring_all_gather",),
+    ("lab03_data_parallel", "peeks_at_the_other_ranks_batch"): ("test_average_gradients",),
+    ("lab04_zero", "peeks_at_the_other_ranks_gradients"): ("test_zero_stage2",),
     ("lab05_pipeline_parallel", "gpipe_behind_a_replayed_1f1b_order"): ("test_1f1b",),
     ("lab05_pipeline_parallel", "peeks_at_the_whole_model"): ("test_1f1b",),
     ("lab06_expert_parallel", "all_to_all_through_distributed_c10d"): ("test_all_to_all",),

@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 
 import pytest
+import torch
 
 from graded_lab import GradedLab
 from grading.judge import client, engine
@@ -93,3 +94,30 @@ def test_through_the_judge_each_other_fixture_loses_exactly_its_parts(name):
 
 def test_through_nbgrader_the_solution_scores_full_marks_the_release_zero_and_each_fixture_its_loss(tmp_path):
     LAB.grade_through_nbgrader(tmp_path, NBGRADER_FIXTURES, max_points=16)
+
+
+@pytest.mark.parametrize("test", ["test_average_gradients", "test_data_parallel", "test_train_data_parallel"])
+def test_each_rank_receives_only_its_own_rows_and_where_ranks_start_apart_only_its_own_parameters(test):
+    """What ``rank_data`` sends each rank: its contiguous 1/d of every batch (in the training test
+    inside the whole batch's shape, the other rows NaN), the parameters and buffer of group rank 0,
+    or where ranks start apart (group rank > 0) others of the same shapes, never group rank 0's."""
+    from grading.judge.lab03_data_parallel import BATCH
+
+    spec = LAB.tests()[test]
+    cases = spec.make_cases(torch.Generator().manual_seed(0))
+    for rank, (seen, data) in enumerate(engine.split_by_rank(spec, cases)):
+        for shown, own, case in zip(seen, data, cases):
+            group, group_rank = case.groups[rank // case.group_size], rank % case.group_size
+            rows = torch.arange(BATCH).tensor_split(case.group_size)[group_rank]
+            others = [row for row in range(BATCH) if row not in rows.tolist()]
+            assert not shown.groups and set(own) == set(group) - {"offsets"}, case.name
+            for name in ("x", "y"):
+                received = own[name]
+                if test == "test_train_data_parallel":
+                    assert received.shape == group[name].shape and received[:, others].isnan().all()
+                    received = received[:, rows]
+                assert torch.equal(received, group[name][:, rows]), (case.name, rank, name)
+            apart = case.params.get("apart", False) and group_rank > 0
+            for name in set(own) - {"x", "y"}:
+                assert own[name].shape == group[name].shape
+                assert torch.equal(own[name], group[name]) != apart, (case.name, rank, name)

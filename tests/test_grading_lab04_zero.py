@@ -158,3 +158,22 @@ def test_the_memory_walk_finds_tensors_under_any_name_and_leaves_out_the_paramet
     held = held_storages([holder], storages_of([param, param.grad]))
     assert sorted(held.values()) == [28, 40, 44, 80, 120, 400]
     assert sum(held_storages([holder], set()).values()) == 4000 + 712  # the parameter counts unless left out
+
+
+@pytest.mark.parametrize("test", ["test_zero_stage2", "test_zero_stage3"])
+def test_each_rank_receives_the_parameters_and_only_its_own_gradients_or_rows(test):
+    """What ``rank_data`` sends each rank of Parts 2 to 4: every parameter (each rank starts from all of
+    them), and of the per-rank tensors (gradients ``g<i>``: steps, ranks, *shape; rows ``x``, ``dout``:
+    ranks, BATCH, HIDDEN) its own slice alone."""
+    from grading.judge import engine
+
+    spec = LAB.tests()[test]
+    cases = spec.make_cases(torch.Generator().manual_seed(0))
+    for rank, (seen, data) in enumerate(engine.split_by_rank(spec, cases)):
+        for shown, own, case in zip(seen, data, cases):
+            group, group_rank = case.groups[rank // case.group_size], rank % case.group_size
+            assert not shown.groups and set(own) == set(group), case.name
+            for name, whole in group.items():
+                mine = (whole[:, group_rank] if name.startswith("g") else
+                        whole[group_rank] if name in ("x", "dout") else whole)
+                assert torch.equal(own[name], mine) and own[name].shape == mine.shape, (case.name, rank, name)

@@ -11,6 +11,12 @@ must stay None, then one that must reach every rank), a buffer, ranks that start
 gradient accumulation under ``no_sync()``. The training test compares AdamW with weight decay
 through the wrapper with AdamW in one process on the whole batch. Later parts run with the
 reference for the earlier ones.
+
+Each rank receives only what its replica holds (``_own_batch``, the tests' ``rank_data``): the
+model's initial parameters and buffer and its own rows of every batch, never the other ranks'
+rows; where ranks start apart, a rank other than group rank 0 receives only its own starting
+parameters and buffer (group rank 0's shifted by a random amount), so that the broadcast is the
+one way to reach group rank 0's.
 """
 from __future__ import annotations
 
@@ -86,16 +92,32 @@ def _weights(data: dict, unused_head: bool) -> dict:
     return {name: data[name] for name in _shapes(unused_head)}
 
 
-def _model(run, unused_head: bool, offset: float = 0.0) -> TinyMLP:
+def _model(run, unused_head: bool) -> TinyMLP:
     model = TinyMLP(unused_head).to(run.device)
-    run.load(model, {name: run.tensor(name) + offset for name in _shapes(unused_head)})
+    run.load(model, {name: run.tensor(name) for name in _shapes(unused_head)})
     return model
 
 
 def _local_backward(model, run, step: int = 0) -> None:
-    x, y = run.tensor("x")[step], run.tensor("y")[step]
-    x_local, y_local = x.tensor_split(run.group_size)[run.group_rank], y.tensor_split(run.group_size)[run.group_rank]
-    torch.nn.functional.mse_loss(model(x_local), y_local).backward()
+    """Backward of this rank's mean squared error (``x`` and ``y`` hold this rank's rows only)."""
+    torch.nn.functional.mse_loss(model(run.tensor("x")[step]), run.tensor("y")[step]).backward()
+
+
+def _own_batch(whole_batches: bool):
+    """rank_data: the model's parameters and buffer (group rank 0's; a rank starting apart, case param
+    ``apart``, gets its own, shifted by ``offsets[group_rank]``) and this rank's rows of ``x`` and ``y``
+    (steps, batch, features) alone, its contiguous 1/d of each batch; with ``whole_batches`` in
+    tensors of the whole batch's shape (the graded function slices them itself), the others' rows NaN."""
+    def rank_data(case, data, group_rank):
+        offset = float(data["offsets"][group_rank]) if case.params.get("apart") else 0.0
+        own = {name: value + offset for name, value in data.items() if name not in ("x", "y", "offsets")}
+        rows = torch.arange(BATCH).tensor_split(case.group_size)[group_rank]
+        for name in ("x", "y"):
+            own[name] = data[name][:, rows]
+            if whole_batches:
+                own[name] = torch.full_like(data[name], float("nan")).index_copy_(1, rows, own[name])
+        return own
+    return rank_data
 
 
 def _grads_expected(case, data):
@@ -199,21 +221,23 @@ class ReplicaMLP(nn.Module):
         return self.fc2(hidden) + self.head(hidden) if use_head else self.fc2(hidden)
 
 
-def _replica_batch(generator, microbatches: int) -> dict:
+def _replica_batch(generator, microbatches: int, size: int) -> dict:
+    """A group's data: parameters, buffer, batches, and ``offsets``: how far each group rank's starting
+    parameters and buffer lie from group rank 0's when ranks start apart (0 for group rank 0, else 0.5 to 1)."""
     data = {name: torch.randn(*shape, generator=generator) * 0.5 for name, shape in _REPLICA_SHAPES.items()}
     data["input_scale"] = 1 + torch.rand(IN_FEATURES, generator=generator)
     data["x"] = torch.randn(microbatches, BATCH, IN_FEATURES, generator=generator)
     data["y"] = torch.randn(microbatches, BATCH, OUT_FEATURES, generator=generator)
+    data["offsets"] = torch.cat([torch.zeros(1), 0.5 + 0.5 * torch.rand(size - 1, generator=generator)])
     return data
 
 
-def _replica(run, frozen_fc1: bool, apart: bool) -> ReplicaMLP:
-    """This rank's ReplicaMLP; with ``apart`` every group rank but 0 starts from other parameters and buffer."""
-    offset = 0.5 * run.group_rank if apart else 0.0
+def _replica(run, frozen_fc1: bool) -> ReplicaMLP:
+    """This rank's ReplicaMLP, from the parameters and buffer the rank received (its own when ranks start apart)."""
     model = ReplicaMLP().to(run.device)
-    run.load(model, {name: run.tensor(name) + offset for name in _REPLICA_SHAPES})
+    run.load(model, {name: run.tensor(name) for name in _REPLICA_SHAPES})
     with torch.no_grad():
-        model.input_scale.copy_(run.tensor("input_scale") + offset)
+        model.input_scale.copy_(run.tensor("input_scale"))
     if frozen_fc1:
         model.fc1.requires_grad_(False)
     return model
@@ -262,10 +286,6 @@ def _wrapper(objects, model, run, cap: int):
     return wrapped
 
 
-def _local_shard(run, tensor: torch.Tensor) -> torch.Tensor:
-    return tensor.tensor_split(run.group_size)[run.group_rank]
-
-
 # ----- Part 3, gradients through the wrapper ------------------------------------------------------
 
 _SYNC_MODELS = {False: "ReplicaMLP, head unused by every rank in both steps",
@@ -275,7 +295,7 @@ _SYNC_MODELS = {False: "ReplicaMLP, head unused by every rank in both steps",
 def _sync_cases(generator):
     return [Case(f"DataParallel(bucket_cap_bytes={cap}), {_SYNC_MODELS[frozen]}, {_layout(size)}", size,
                  {"kind": "sync", "cap": cap, "frozen_fc1": frozen},
-                 [_replica_batch(generator, 2) for _ in range(WORLD_SIZE // size)])
+                 [_replica_batch(generator, 2, size) for _ in range(WORLD_SIZE // size)])
             for size in DP_SIZES for frozen in (False, True) for cap in (120, 1000)]
 
 
@@ -293,13 +313,13 @@ def _sync_expected(case, data):
 
 
 def _sync_run(objects, case, run):
-    model = _replica(run, case.params["frozen_fc1"], apart=False)
+    model = _replica(run, case.params["frozen_fc1"])
     wrapped = _wrapper(objects, model, run, case.params["cap"])
     values = {}
     for step in range(2):
         model.zero_grad(set_to_none=True)
         use_head = case.params["frozen_fc1"] and step == 1 and run.group_rank == 0
-        x, y = _local_shard(run, run.tensor("x")[step]), _local_shard(run, run.tensor("y")[step])
+        x, y = run.tensor("x")[step], run.tensor("y")[step]
         with run.phase(f"step {step + 1}: backward"):
             torch.nn.functional.mse_loss(wrapped(x, use_head=use_head), y).backward()
         with run.phase(f"step {step + 1}: finish_gradient_synchronization"):
@@ -316,8 +336,8 @@ def _sync_run(objects, case, run):
 def _replicas_cases(generator):
     return [Case(f"DataParallel(bucket_cap_bytes={cap}), ranks starting from different parameters and buffer, "
                  f"2 microbatches under no_sync() then 1 synchronised, {_layout(size)}", size,
-                 {"kind": "replicas", "cap": cap},
-                 [_replica_batch(generator, 3) for _ in range(WORLD_SIZE // size)])
+                 {"kind": "replicas", "cap": cap, "apart": True},
+                 [_replica_batch(generator, 3, size) for _ in range(WORLD_SIZE // size)])
             for size in DP_SIZES for cap in (120, 1000)]
 
 
@@ -328,16 +348,15 @@ def _replicas_expected(case, data):
 
 
 def _replicas_run(objects, case, run):
-    model = _replica(run, False, apart=True)  # only group rank 0 starts from the case's parameters
+    model = _replica(run, False)  # only group rank 0 starts from the case's parameters
     wrapped = _wrapper(objects, model, run, case.params["cap"])
     x, y = run.tensor("x"), run.tensor("y")
     with run.phase("two backward passes under no_sync()"):
         with wrapped.no_sync():
             for micro in range(2):
-                torch.nn.functional.mse_loss(wrapped(_local_shard(run, x[micro]), use_head=True),
-                                             _local_shard(run, y[micro])).backward()
+                torch.nn.functional.mse_loss(wrapped(x[micro], use_head=True), y[micro]).backward()
     with run.phase("the synchronised backward and finish_gradient_synchronization"):
-        torch.nn.functional.mse_loss(wrapped(_local_shard(run, x[2]), use_head=True), _local_shard(run, y[2])).backward()
+        torch.nn.functional.mse_loss(wrapped(x[2], use_head=True), y[2]).backward()
         wrapped.finish_gradient_synchronization()
     result = run.result(None, None)
     result["values"] = {"the buffer input_scale": model.input_scale.detach().cpu().to(torch.float64)}
@@ -360,8 +379,9 @@ def _wrapper_run(objects, case, run):
 
 def _train_cases(generator):
     return [Case(f"train_data_parallel, {STEPS} AdamW steps (lr={LR}, weight_decay={WEIGHT_DECAY}), "
-                 f"{MICROBATCHES} microbatches, fc1 frozen, head unused, ranks starting apart, {_layout(size)}",
-                 size, {}, [_replica_batch(generator, STEPS) for _ in range(WORLD_SIZE // size)])
+                 f"{MICROBATCHES} microbatches, fc1 frozen, head unused, ranks starting apart, {_layout(size)}; "
+                 "each rank receives only its own rows of each batch (x.tensor_split(d)[rank]), the others NaN",
+                 size, {"apart": True}, [_replica_batch(generator, STEPS, size) for _ in range(WORLD_SIZE // size)])
             for size in DP_SIZES]
 
 
@@ -381,7 +401,7 @@ def _train_expected(case, data):
 
 
 def _train_run(objects, case, run):
-    model = _replica(run, True, apart=True)
+    model = _replica(run, True)
     with run.phase("train"):
         trained = objects["train_data_parallel"](model, run.tensor("x"), run.tensor("y"), LR, WEIGHT_DECAY,
                                                  MICROBATCHES, 120, run.group)
@@ -397,12 +417,15 @@ def _train_run(objects, case, run):
 #: grade_id of the hidden-test cell -> its test.
 TESTS = {
     "test_average_gradients": TestSpec("Part 1: average_gradients", ("average_gradients",), (),
-                                       _average_cases, _grads_expected, _average_run, WORLD_SIZE),
+                                       _average_cases, _grads_expected, _average_run, WORLD_SIZE,
+                                       rank_data=_own_batch(False)),
     "test_buckets": TestSpec("Part 2: buckets", ("make_buckets", "all_reduce_bucket"), ("average_gradients",),
-                             _bucket_cases, _bucket_expected, _bucket_run, WORLD_SIZE),
+                             _bucket_cases, _bucket_expected, _bucket_run, WORLD_SIZE, rank_data=_own_batch(False)),
     "test_data_parallel": TestSpec("Part 3: DataParallel", ("DataParallel",), ("average_gradients",) + _BUCKETS,
-                                   _wrapper_cases, _wrapper_expected, _wrapper_run, WORLD_SIZE),
+                                   _wrapper_cases, _wrapper_expected, _wrapper_run, WORLD_SIZE,
+                                   rank_data=_own_batch(False)),
     "test_train_data_parallel": TestSpec("Part 4: train_data_parallel", ("train_data_parallel",),
                                          ("average_gradients", "DataParallel") + _BUCKETS,
-                                         _train_cases, _train_expected, _train_run, WORLD_SIZE),
+                                         _train_cases, _train_expected, _train_run, WORLD_SIZE,
+                                         rank_data=_own_batch(True)),
 }

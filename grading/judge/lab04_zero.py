@@ -23,6 +23,10 @@ reduce-scatter per unit in backward); and between forward and backward the model
 autograd graph may hold the shards and the units' inputs and outputs, no full parameter
 (measured by ``held_memory``). Parts 2 to 4 run with the grader's Part 1. No rank calls
 ``torch.optim`` (its methods import torch's compiler on first call: seconds per rank).
+
+In Parts 2 to 4 each rank receives only what it holds in ZeRO (``_own_gradients`` and
+``_own_batch``, the tests' ``rank_data``): the parameters (every rank starts from all of them)
+and its own gradients or its own batch, never another rank's.
 """
 from __future__ import annotations
 
@@ -157,6 +161,12 @@ def _zero_cases(generator, stage: int):
     return cases
 
 
+def _own_gradients(case, data, group_rank):
+    """rank_data of Parts 2 and 3: the parameters ``p<i>`` (every rank starts from all of them) and this
+    rank's gradients alone, ``g<i>`` (steps, *shape)."""
+    return {name: value[:, group_rank] if name.startswith("g") else value for name, value in data.items()}
+
+
 def _param_groups(params: list, case) -> list:
     """The case's parameter groups: group 0 takes the optimizer's defaults, group 1 ``SECOND_GROUP``."""
     groups = [{"params": []}, {"params": [], **SECOND_GROUP}]
@@ -223,7 +233,7 @@ def _zero_run(objects, case, run, stage: int):
             optimizer.load_state_dict(saved)
             del saved
         for i, grad in grads.items():
-            params[i].grad = grad[step][run.group_rank].clone()
+            params[i].grad = grad[step].clone()
         with run.phase("step"):
             optimizer.step()
     result = run.result(torch.cat([p.detach().reshape(-1) for p in params]), None)
@@ -280,6 +290,12 @@ def _zero3_cases(generator):
     return cases
 
 
+def _own_batch(case, data, group_rank):
+    """rank_data of Part 4: the units' parameters (each rank's ShardedLayer shards them) and this rank's
+    own rows ``x`` and their upstream gradient ``dout`` (BATCH, HIDDEN), no other rank's."""
+    return {name: value[group_rank] if name in ("x", "dout") else value for name, value in data.items()}
+
+
 def _zero3_expected(case, data):
     size = case.group_size
     leaves = [data[name].to(torch.float64).requires_grad_(True) for name in ("w0", "b0", "w1", "b1")]
@@ -334,12 +350,12 @@ def _zero3_run(objects, case, run):
                                                                           ("w0", "b0", "w1", "b1")})]
     model = nn.Sequential(*units)
     shards = [_shard_of(unit, index) for index, unit in enumerate(units)]
-    x = run.tensor("x")[run.group_rank].requires_grad_(True)
+    x = run.tensor("x").requires_grad_(True)
     with run.phase("forward"):
         out = model(x)
     held = _held_between(model, out, x, shards, run)
     with run.phase("backward"):
-        out.backward(run.tensor("dout")[run.group_rank])
+        out.backward(run.tensor("dout"))
     result = run.result(out, x.grad)
     result["grads"] = {f"unit {u}'s shard": None if s.grad is None else s.grad.detach().clone()
                        for u, s in enumerate(shards)}
@@ -361,9 +377,9 @@ TESTS = {
                                                                                      "adamw_update_"),
                                       (), _basics_cases, _basics_expected, _basics_run, WORLD_SIZE),
     "test_zero_stage1": TestSpec("Part 2: ZeRO stage 1", ("ZeroStage1AdamW",), _BASICS,
-                                 _stage1_cases, _zero_expected, _stage1_run, WORLD_SIZE),
+                                 _stage1_cases, _zero_expected, _stage1_run, WORLD_SIZE, rank_data=_own_gradients),
     "test_zero_stage2": TestSpec("Part 3: ZeRO stage 2", ("ZeroStage2AdamW",), _BASICS + ("ZeroStage1AdamW",),
-                                 _stage2_cases, _zero_expected, _stage2_run, WORLD_SIZE),
+                                 _stage2_cases, _zero_expected, _stage2_run, WORLD_SIZE, rank_data=_own_gradients),
     "test_zero_stage3": TestSpec("Part 4: ZeRO stage 3 (FSDP)", ("ShardedLayer",), _BASICS,
-                                 _zero3_cases, _zero3_expected, _zero3_run, WORLD_SIZE),
+                                 _zero3_cases, _zero3_expected, _zero3_run, WORLD_SIZE, rank_data=_own_batch),
 }
