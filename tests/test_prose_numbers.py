@@ -9,7 +9,6 @@ Set ``COURSE_NIGHTLY_DIR`` to a nightly run's folder to read its executed chapte
 """
 from __future__ import annotations
 
-import io
 import json
 import os
 from pathlib import Path
@@ -69,17 +68,12 @@ def test_every_allow_list_entry_still_names_a_sentence_of_its_chapter(chapter, w
 
 
 @pytest.fixture(scope="module")
-def executed_chapters(tmp_path_factory) -> dict[str, list[dict]]:
-    """Chapter file name -> cells of its executed copy (QUICK, 2 ranks, this machine's backend)."""
+def executed_chapters(request) -> dict[str, list[dict]]:
+    """Chapter file name -> cells of its executed copy (QUICK, 2 ranks, this machine's backend): the
+    folder COURSE_NIGHTLY_DIR names, else the session's one QUICK run (conftest's quick_chapter_run)."""
     folder = os.environ.get("COURSE_NIGHTLY_DIR")
     if not folder:
-        from grading.nightly.runner import run_nightly
-
-        _run, run_folder = run_nightly(
-            [path.stem for path in CHAPTERS], root=ROOT, out_dir=tmp_path_factory.mktemp("nightly"), quick=True,
-            world_size=2, backend="auto", jobs=2, timeout_s=600, cell_timeout_s=300, grading=False,
-            progress_stream=io.StringIO())
-        folder = run_folder
+        _run, folder = request.getfixturevalue("quick_chapter_run")
     executed = {path.name: Path(folder) / "notebooks" / path.name for path in CHAPTERS}
     missing = [name for name, path in executed.items() if not path.is_file()]
     assert not missing, f"no executed copy of {missing} in {folder}"
