@@ -90,11 +90,14 @@ class GradedLab:
             assert fixture.description and fixture.loses and fixture.loses <= test_cells, name
             apply_fixture(student_solution(source, release), fixture)
 
-    def losses_through_the_judge(self, fixture: str) -> set:
-        """Test cells the fixture fails when the judge runs each test on its code (no kernel)."""
+    def losses_through_the_judge(self, fixture: str, tests=None) -> set:
+        """Test cells the fixture fails when the judge runs each test (or only ``tests``, names of
+        hidden tests) on its code (no kernel)."""
         namespace = self.solution_namespace(fixture)
         lost = set()
         for test, spec in self.tests().items():
+            if tests is not None and test not in tests:
+                continue
             objects = {name: namespace[name] for name in spec.objects}
             verdict = engine.run_test(self.name, test, list(objects), client.dumps(objects), {},
                                       rank_timeout_s=self.rank_timeout_s, backend="gloo", seed=5)

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from graded_lab import GradedLab
-from grading.judge import client, engine
+from grading.judge import engine
 
 LAB = GradedLab("lab03_data_parallel", rank_timeout_s=30.0)
 #: The fixtures graded through nbgrader; the others go through the judge only.
@@ -80,16 +80,7 @@ def _tests_it_rewrites(fixture) -> dict:
 @pytest.mark.parametrize("name", [n for n in LAB.fixture_names() if n not in NBGRADER_FIXTURES])
 def test_through_the_judge_each_other_fixture_loses_exactly_its_parts(name):
     fixture = LAB.fixture(name)
-    namespace = LAB.solution_namespace(name)
-    lost = set()
-    for test, spec in _tests_it_rewrites(fixture).items():
-        objects = {key: namespace[key] for key in spec.objects}
-        verdict = engine.run_test(LAB.name, test, list(objects), client.dumps(objects), {},
-                                  rank_timeout_s=LAB.rank_timeout_s, backend="gloo", seed=5)
-        assert not verdict.judge_error, verdict.lines
-        if not verdict.passed:
-            lost.add(test)
-    assert lost == fixture.loses
+    assert LAB.losses_through_the_judge(name, tests=_tests_it_rewrites(fixture)) == fixture.loses
 
 
 def test_through_nbgrader_the_solution_scores_full_marks_the_release_zero_and_each_fixture_its_loss(tmp_path):

@@ -77,19 +77,9 @@ def _tests_the_fixture_can_change(name: str) -> list:
 
 @pytest.mark.parametrize("name", [n for n in LAB.fixture_names() if n not in NBGRADER_FIXTURES])
 def test_through_the_judge_each_other_fixture_loses_exactly_its_parts(name):
-    from grading.judge import client, engine
-
-    namespace, lost = LAB.solution_namespace(name), set()
     tests = _tests_the_fixture_can_change(name)
     assert LAB.fixture(name).loses <= set(tests), tests
-    for test in tests:
-        objects = {n: namespace[n] for n in LAB.tests()[test].objects}
-        verdict = engine.run_test(LAB.name, test, list(objects), client.dumps(objects), {},
-                                  rank_timeout_s=LAB.rank_timeout_s, backend="gloo", seed=5)
-        assert not verdict.judge_error, verdict.lines
-        if not verdict.passed:
-            lost.add(test)
-    assert lost == LAB.fixture(name).loses
+    assert LAB.losses_through_the_judge(name, tests=tests) == LAB.fixture(name).loses
 
 
 def test_through_nbgrader_the_solution_scores_full_marks_the_release_zero_and_each_fixture_its_loss(tmp_path):
