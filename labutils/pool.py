@@ -239,6 +239,22 @@ class Pool:
 
         return [cloudpickle.loads(replies[r].result) for r in range(self.world_size)]
 
+    def run_each(self, fn, args_of_rank: list, timeout: float | None = None) -> list:
+        """Run ``fn(*args_of_rank[r])`` on rank r, each rank receiving only its own arguments (a
+        shard, its microbatches); return the results in rank order. ``timeout`` (s) as in ``run``."""
+        __tracebackhide__ = True
+        if len(args_of_rank) != self.world_size:
+            raise ValueError(f"run_each needs one argument tuple per rank: {len(args_of_rank)} for "
+                             f"{self.world_size} ranks")
+        payloads = [pickle_call(fn, tuple(args), {}) for args in args_of_rank]
+        deadline_s = validate_timeout(timeout if timeout is not None else self.timeout)
+        self.start()
+        call_id, context = next(self._calls), self._context_update()
+        replies = self._call([RunCall(call_id, payload, context) for payload in payloads], deadline_s)
+        import cloudpickle
+
+        return [cloudpickle.loads(replies[r].result) for r in range(self.world_size)]
+
     def exec_cell(self, source: str, timeout: float | None = None) -> None:
         """Run a cell's source on every rank, each in its own persistent namespace."""
         __tracebackhide__ = True
@@ -250,18 +266,20 @@ class Pool:
         self._call(ExecCell(next(self._calls), source, filename, self._context_update()), deadline_s)
 
     def _call(self, request, timeout_s: float) -> dict:
-        """Send ``request`` to every rank; wait ``timeout_s`` for every rank's ``Done``."""
+        """Send ``request`` to every rank (or, a list, ``request[r]`` to rank r); wait ``timeout_s``
+        for every rank's ``Done``."""
         __tracebackhide__ = True
         deadline = time.monotonic() + timeout_s
+        requests = request if isinstance(request, list) else [request] * len(self._links.ranks)
         try:
-            for r in self._links.ranks:
+            for r, rank_request in zip(self._links.ranks, requests):
                 try:
-                    _wire.send(r.ctrl, request)
+                    _wire.send(r.ctrl, rank_request)
                 except OSError:
                     pass  # this rank has just died: collect reports it
         except KeyboardInterrupt:
             stop_on_interrupt(self._links)  # some ranks have the request, others not: none may go on
-        return collect(self._links, (Done,), deadline, "running", call_id=request.call_id,
+        return collect(self._links, (Done,), deadline, "running", call_id=requests[0].call_id,
                        notice=StragglerNotice(self._links, timeout_s))
 
     def _context_update(self) -> dict:

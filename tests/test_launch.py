@@ -58,6 +58,18 @@ def test_launch_returns_per_rank_results_in_rank_order():
         assert t.item() == 0 + 1 + 2 + 3 + 4 * 10
 
 
+def test_run_each_gives_every_rank_its_own_arguments_only():
+    def work(mine):
+        t = torch.tensor([float(mine)])
+        dist.all_reduce(t)
+        return dist.get_rank(), mine, t.item()
+
+    with labutils.Pool(2, backend="gloo") as pool:
+        assert pool.run_each(work, [(3,), (4,)]) == [(0, 3, 7.0), (1, 4, 7.0)]
+        with pytest.raises(ValueError, match="one argument tuple per rank"):
+            pool.run_each(work, [(3,)])
+
+
 def test_cell_defined_functions_and_classes_travel_by_value():
     make = _notebook_style(
         """
