@@ -55,6 +55,11 @@ def add_arguments(parser) -> None:
                         help="GiB of host memory each grading process may allocate (kernels and ranks: a "
                              "submission that allocates without end fails there); default: the RAM over "
                              "8 processes per worker, between 1 and 8; 0: no cap")
+    parser.add_argument("--memory-cap", choices=["auto", "address-space", "cgroup"], default="auto",
+                        help="how the memory limit also counts shared memory: RLIMIT_AS of every sandboxed "
+                             "process (address-space), or a memory cgroup per worker of 8 times the limit "
+                             "(cgroup: needs root or a delegated cgroup); auto (default): the cgroup on a GPU "
+                             "node, where CUDA's address-space reservations rule RLIMIT_AS out")
     parser.add_argument("--grading-dir", help="the instructors' grading/ folder of the course to grade with "
                                               "(default: this grading package's)")
 
@@ -106,6 +111,7 @@ def _check_options(args) -> str:
 
 
 def main(args) -> int:
+    from grading.autograder.memory_cgroup import CgroupUnavailable
     from grading.autograder.nbgrader_cli import NbgraderFailed
     from grading.autograder.report import summary_lines, write_report
     from grading.autograder.runner import GradeOptions, grade_class
@@ -115,12 +121,12 @@ def main(args) -> int:
     options = GradeOptions(args.lab, args.submissions, course_dir, workers=args.workers,
                            cell_timeout_s=args.cell_timeout, rank_timeout_s=args.rank_timeout,
                            submission_timeout_s=args.submission_timeout, backend=args.backend,
-                           memory_limit_gib=args.memory_limit, course_root=course_root)
+                           memory_limit_gib=args.memory_limit, memory_cap=args.memory_cap, course_root=course_root)
     print(f"course grade: {args.lab} from {args.submissions} in {os.path.abspath(course_dir)} "
           f"({args.workers} workers)", file=sys.stderr, flush=True)
     try:
         report = grade_class(options, progress=ProgressBar(sys.stderr).update)
-    except ValueError as exc:
+    except (ValueError, CgroupUnavailable) as exc:
         raise UsageError(str(exc)) from None
     except NbgraderFailed as exc:
         print(f"course grade: {exc}", file=sys.stderr)

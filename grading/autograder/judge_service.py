@@ -1,5 +1,6 @@
 """One warm judge process (``python -E -s -m grading.judge.server --service``, in the course root) driven by a grading worker.
-Its ranks run in a bubblewrap sandbox (``--sandbox-dir``, a private folder: ``autograder.sandbox``).
+Its ranks run in a bubblewrap sandbox (``--sandbox-dir``, a private folder: ``autograder.sandbox``),
+in the worker's memory cgroup where there is one (``--cgroup-procs``: ``autograder.memory_cgroup``).
 
     service = JudgeService(log_path, rank_timeout_s=60, backend="auto", memory_limit_gib=4)
     socket_path = service.begin("alice")     # kernels of alice's autograde connect here
@@ -36,9 +37,9 @@ class JudgeService:
     """A judge process kept warm across submissions; one submission at a time."""
 
     def __init__(self, log_path: str, rank_timeout_s: float, backend: str = "auto", memory_limit_gib: float = 0.0,
-                 course_root: str = COURSE_ROOT):
+                 course_root: str = COURSE_ROOT, cgroup_procs: str = ""):
         self._log_path, self._rank_timeout_s, self._backend = log_path, rank_timeout_s, backend
-        self._memory_limit_gib, self._course_root = memory_limit_gib, course_root
+        self._memory_limit_gib, self._course_root, self._cgroup_procs = memory_limit_gib, course_root, cgroup_procs
         self._process = None
         self._socket_dir = None
         self._sandbox_dir = tempfile.mkdtemp(prefix="judge-ranks-")
@@ -49,7 +50,8 @@ class JudgeService:
             self._process = subprocess.Popen(
                 isolated_module("grading.judge.server", "--service", "--rank-timeout", str(self._rank_timeout_s),
                                 "--backend", self._backend, "--log", self._log_path,
-                                "--memory-limit", str(self._memory_limit_gib), "--sandbox-dir", self._sandbox_dir),
+                                "--memory-limit", str(self._memory_limit_gib), "--sandbox-dir", self._sandbox_dir,
+                                "--cgroup-procs", self._cgroup_procs),
                 cwd=self._course_root, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
                 start_new_session=True, env=judge_environment(os.environ))
 

@@ -15,10 +15,11 @@
   bound in) and to the judge through its Unix socket, bound in read-only (it cannot be replaced);
 - its own PID namespace and session (``--unshare-pid --die-with-parent --new-session``): when
   the kernel ends, every process it started (forks, ``setsid`` daemons) ends with it;
-- an address-space cap (RLIMIT_AS, ``prlimit``), which counts shared and anonymous mappings
-  (``mmap``) as well as the heap. CUDA reserves far more address space than it uses, so on a GPU
-  node the cap must be a cgroup's memory limit instead (``memory_limit_bytes=0`` here, a systemd
-  scope or container around ``course grade``), and ``/dev/nvidia*`` are passed in.
+- a memory cap that counts shared and anonymous mappings (``mmap``) as well as the heap: an
+  address-space cap (RLIMIT_AS, ``prlimit``) of every process, or, on a GPU node, where CUDA
+  reserves far more address space than it uses, the memory limit of the worker's cgroup
+  (``memory_cgroup``), which every process joins before ``bwrap`` starts; ``/dev/nvidia*`` are
+  passed in there.
 
     bwrap = find_bwrap()                  # SandboxUnavailable says how to install it
     argv = sandbox_command(bwrap, SandboxSpec(...), ["python", "-m", "ipykernel_launcher", ...])
@@ -35,6 +36,8 @@ import sys
 from dataclasses import asdict, dataclass, field
 
 from jupyter_client.manager import AsyncKernelManager
+
+from grading.autograder.memory_cgroup import join_command
 
 #: Environment variable holding the per-submission sandbox settings (JSON of ``SandboxSpec``).
 SANDBOX_ENV = "LAB_SANDBOX"
@@ -90,7 +93,8 @@ class SandboxSpec:
     tmpfs where a system or Python bind would show them (the course, its grading folder); ``runtime_dir``: jupyter's connection
     file and IPC sockets (read-write); ``scratch_dir``: bound read-write at ``workdir``, where the
     notebook runs; ``judge_socket``: bound read-only; ``memory_limit_bytes``: RLIMIT_AS of every
-    process (0: none); ``devices``: device files passed in (``/dev/nvidia*`` on a GPU node)."""
+    process (0: none); ``cgroup_procs``: the ``cgroup.procs`` file of the memory cgroup the sandbox
+    joins ("": none); ``devices``: device files passed in (``/dev/nvidia*`` on a GPU node)."""
 
     workdir: str
     scratch_dir: str
@@ -99,6 +103,7 @@ class SandboxSpec:
     hidden: tuple = ()
     judge_socket: str = ""
     memory_limit_bytes: int = 0
+    cgroup_procs: str = ""
     devices: tuple = field(default_factory=tuple)
 
     def to_env(self) -> str:
@@ -135,19 +140,25 @@ def course_readonly(course_root: str) -> list:
 
 
 def submission_spec(sandbox_root: str, student: str, course_root: str, judge_socket: str,
-                    memory_limit_gib: float, on_gpu: bool, hidden: tuple = ()) -> SandboxSpec:
+                    memory_limit_gib: float, on_gpu: bool, hidden: tuple = (), cgroup_procs: str = "") -> SandboxSpec:
     """The sandbox of ``student``'s kernel: scratch and runtime folders under ``sandbox_root`` (the
     notebook's folder, ``workdir``, is filled in when the kernel starts), the course's student view,
     the judge's socket; ``course_root`` and ``hidden`` (the course folder, the submissions) covered
-    where a system bind would show them; RLIMIT_AS of ``memory_limit_gib`` GiB (at least ``MIN_ADDRESS_SPACE_BYTES``)
-    on a CPU node, none on a GPU node (use a cgroup there) where ``/dev/nvidia*`` are passed in."""
+    where a system bind would show them; the memory cgroup of ``cgroup_procs`` when given, else
+    RLIMIT_AS of ``memory_limit_gib`` GiB (``address_space_cap``); ``/dev/nvidia*`` passed in on a GPU node."""
     folder = os.path.join(sandbox_root, student)
-    cap = 0 if on_gpu or memory_limit_gib <= 0 else max(int(memory_limit_gib * 2**30), MIN_ADDRESS_SPACE_BYTES)
+    cap = 0 if cgroup_procs else address_space_cap(memory_limit_gib, on_gpu)
     return SandboxSpec(workdir="", scratch_dir=os.path.join(folder, "scratch"),
                        runtime_dir=os.path.join(folder, "runtime"), readonly=tuple(course_readonly(course_root)),
                        hidden=(course_root, sandbox_root, *hidden),
-                       judge_socket=judge_socket, memory_limit_bytes=cap,
+                       judge_socket=judge_socket, memory_limit_bytes=cap, cgroup_procs=cgroup_procs,
                        devices=tuple(gpu_devices()) if on_gpu else ())
+
+
+def address_space_cap(memory_limit_gib: float, on_gpu: bool) -> int:
+    """RLIMIT_AS of each sandboxed process, in bytes: ``memory_limit_gib`` GiB and at least
+    ``MIN_ADDRESS_SPACE_BYTES``; 0 (none) for no limit or on a GPU node (a cgroup caps memory there)."""
+    return 0 if on_gpu or memory_limit_gib <= 0 else max(int(memory_limit_gib * 2**30), MIN_ADDRESS_SPACE_BYTES)
 
 
 def gpu_devices() -> list:
@@ -192,7 +203,7 @@ def sandbox_command(bwrap: str, spec: SandboxSpec, argv: list, env: dict) -> lis
     for name, value in env.items():
         args += ["--setenv", name, value]
     args += ["--remount-ro", "/", "--chdir", spec.workdir, "--"]
-    return args + _address_space_cap(spec.memory_limit_bytes) + list(argv)
+    return join_command(spec.cgroup_procs, args + _address_space_cap(spec.memory_limit_bytes) + list(argv))
 
 
 #: What of ``grading/`` the judge's ranks get (a copy staged per template, deleted once imported).
@@ -200,10 +211,14 @@ RANK_GRADING_FILES = ("__init__.py", "paths.py", "judge", "reference", "autograd
                       "autograder/rank_guard.py")
 #: Stands for the staged copy's folder in the wrapper's words until ``STAGE_CODE`` makes it.
 STAGED_PLACEHOLDER = "{staged grading}"
-#: Run outside the sandbox before every template start: copy ``RANK_GRADING_FILES`` of argv[1] into
-#: a fresh folder under argv[2], put its path for argv[3] in the rest of argv, and exec that (bwrap).
+#: Run outside the sandbox before every template start: join the memory cgroup whose cgroup.procs is
+#: argv[5] (if any), copy ``RANK_GRADING_FILES`` of argv[1] into a fresh folder under argv[2], put its
+#: path for argv[3] in the rest of argv, and exec that (bwrap).
 STAGE_CODE = """import os, shutil, sys, tempfile
-source, parent, placeholder, files = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4].split(',')
+source, parent, placeholder, files, procs = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4].split(','), sys.argv[5]
+if procs:
+    with open(procs, 'w') as f:
+        f.write(str(os.getpid()))
 os.makedirs(parent, exist_ok=True)
 staged = tempfile.mkdtemp(dir=parent)
 for name in files:
@@ -213,7 +228,7 @@ for name in files:
         shutil.copytree(os.path.join(source, name), target, ignore=shutil.ignore_patterns('__pycache__'))
     else:
         shutil.copy(os.path.join(source, name), target)
-argv = [staged if word == placeholder else word for word in sys.argv[5:]]
+argv = [staged if word == placeholder else word for word in sys.argv[6:]]
 os.execv(argv[0], argv)
 """
 
@@ -224,24 +239,26 @@ def staging_folder(work_dir: str) -> str:
     return work_dir.rstrip("/") + "-staged"
 
 
-def judge_rank_wrapper(bwrap: str, course_root: str, work_dir: str, memory_limit_gib: float, on_gpu: bool) -> list:
+def judge_rank_wrapper(bwrap: str, course_root: str, work_dir: str, memory_limit_gib: float, on_gpu: bool,
+                       cgroup_procs: str = "") -> list:
     """The words before the judge's rank template (``labutils``' ``LABUTILS_RANK_WRAPPER``): its ranks
     run the submission's functions in a sandbox that shows the course's ``labutils`` read-only,
     ``work_dir`` read-write (the judge's TMPDIR: the ranks' sockets), nothing else of the course (no
     gradebook, no submissions), loopback only, its own PID namespace (restarted for every
-    submission), RLIMIT_AS as for kernels. In place of ``grading/`` the template gets a copy of the
-    files the ranks import, staged for it alone, which it imports and deletes before any rank starts
+    submission), in the memory cgroup of ``cgroup_procs`` or with RLIMIT_AS as for kernels. In place
+    of ``grading/`` the template gets a copy of the files the ranks import, staged for it alone,
+    which it imports and deletes before any rank starts
     (``rank_guard``): a submission's code on a rank finds no grader file to read or reload. The
     template does not import from ``work_dir`` (``python -P``), and ``JudgeService`` empties it after
     every submission: nothing a submission leaves there reaches the next one's ranks."""
     grading_dir = os.path.join(course_root, "grading")
     stage = [sys.executable, "-I", "-c", STAGE_CODE, grading_dir, staging_folder(work_dir), STAGED_PLACEHOLDER,
-             ",".join(RANK_GRADING_FILES)]
+             ",".join(RANK_GRADING_FILES), cgroup_procs]
     args = [bwrap, *_namespace_args([os.path.join(course_root, "labutils")], [course_root]),
             "--bind", STAGED_PLACEHOLDER, grading_dir, "--bind", work_dir, work_dir]
     for device in gpu_devices() if on_gpu else ():
         args += ["--dev-bind", device, device]
-    cap = 0 if on_gpu or memory_limit_gib <= 0 else max(int(memory_limit_gib * 2**30), MIN_ADDRESS_SPACE_BYTES)
+    cap = 0 if cgroup_procs else address_space_cap(memory_limit_gib, on_gpu)
     guard = [sys.executable, "-P", "-m", "grading.autograder.rank_guard", grading_dir]  # -P: not ``work_dir`` first
     return stage + args + ["--remount-ro", "/", "--chdir", work_dir, "--"] + _address_space_cap(cap) + guard
 

@@ -176,9 +176,11 @@ def _warm_up(options) -> None:
     labutils.launch(os.getpid, 1, backend="gloo", timeout=options.rank_timeout)  # any call on one rank
 
 
-def _sandbox_ranks(options) -> None:
-    """Every rank this judge starts runs in a bubblewrap sandbox (``autograder.sandbox``), with
-    ``--sandbox-dir`` as TMPDIR, the only folder the ranks may write."""
+def sandbox_ranks(sandbox_dir: str, backend: str, memory_limit_gib: float, cgroup_procs: str = "") -> None:
+    """Every rank this process starts from now on runs in a bubblewrap sandbox (``autograder.sandbox``),
+    with ``sandbox_dir`` as TMPDIR, the only folder the ranks may write, in the memory cgroup whose
+    ``cgroup.procs`` is ``cgroup_procs`` or else with RLIMIT_AS of ``memory_limit_gib`` GiB (0: none)
+    off a GPU node."""
     import json
     import tempfile
 
@@ -186,12 +188,12 @@ def _sandbox_ranks(options) -> None:
     from grading.paths import COURSE_ROOT
     from labutils._starters import RANK_WRAPPER_ENV
 
-    os.makedirs(options.sandbox_dir, exist_ok=True)
-    os.environ["TMPDIR"] = options.sandbox_dir
+    os.makedirs(sandbox_dir, exist_ok=True)
+    os.environ["TMPDIR"] = sandbox_dir
     tempfile.tempdir = None  # read TMPDIR again
-    on_gpu = options.backend != "gloo" and bool(gpu_devices())
-    os.environ[RANK_WRAPPER_ENV] = json.dumps(judge_rank_wrapper(find_bwrap(), COURSE_ROOT, options.sandbox_dir,
-                                                                 options.memory_limit, on_gpu))
+    on_gpu = backend != "gloo" and bool(gpu_devices())
+    os.environ[RANK_WRAPPER_ENV] = json.dumps(judge_rank_wrapper(find_bwrap(), COURSE_ROOT, sandbox_dir,
+                                                                 memory_limit_gib, on_gpu, cgroup_procs))
 
 
 def main(argv=None) -> int:
@@ -206,10 +208,12 @@ def main(argv=None) -> int:
                                               "their only writable place (course grade; default: no sandbox)")
     parser.add_argument("--memory-limit", type=float, default=0.0,
                         help="GiB of data memory per process, the judge's ranks included (default 0: no cap)")
+    parser.add_argument("--cgroup-procs", default="",
+                        help="the cgroup.procs file of the memory cgroup the sandboxed ranks join (default: none)")
     options = parser.parse_args(argv)
     limit_memory(options.memory_limit)  # before the rank template starts: the ranks inherit it
     if options.sandbox_dir:
-        _sandbox_ranks(options)
+        sandbox_ranks(options.sandbox_dir, options.backend, options.memory_limit, options.cgroup_procs)
     reply = _detach_output(options.log)
     from grading.judge import engine
 
