@@ -55,6 +55,7 @@ def test_each_attack_is_named_with_its_cell_and_line(name, expected):
     ("pid = os.fork()", "starts or signals processes"),
     ("if os.environ.get('LAB_JUDGE_SOCKET'):", "reads the environment"),
     ("text = open('/etc/passwd').read()", "reads paths outside"),
+    ("block = multiprocessing.shared_memory.SharedMemory(name='x')", "shares memory or queues between processes"),
 ])
 def test_each_kind_of_construct_is_recognised(source, what):
     assert any(what in found for _, _, found in scan_source(source))
@@ -67,11 +68,19 @@ def test_plain_code_is_not_flagged():
 def test_a_helper_file_beside_the_notebook_is_named_in_the_report(tmp_path):
     from grading.autograder.runner import helper_files
 
-    for name in ("lab01_tensor_parallel.ipynb", "timestamp.txt", "my_layers.py"):
+    from grading.autograder.suspicious import suspicious_helper_files
+
+    for name in ("lab01_tensor_parallel.ipynb", "timestamp.txt", "weights.pt"):
         (tmp_path / name).write_text("")
+    (tmp_path / "my_layers.py").write_text("import torch\n\nobjects = gc.get_objects()\n")
     lines = helper_files(str(tmp_path), ["lab01_tensor_parallel.ipynb"])
-    assert len(lines) == 1 and lines[0].startswith("handed in my_layers.py beside the notebook")
+    assert [line.split(":")[0] for line in lines] == ["handed in my_layers.py beside the notebook",
+                                                      "handed in weights.pt beside the notebook"]
+    assert "graded with the notebook's own" in lines[0] and "do not see this file" in lines[1]
     assert helper_files(str(tmp_path / "missing"), []) == []
+    found = suspicious_helper_files(str(tmp_path), ["lab01_tensor_parallel.ipynb"])
+    assert found == ["look at my_layers.py, line 3: gc.get_objects (walks the interpreter's objects)"]
+    assert suspicious_helper_files(str(tmp_path / "missing"), []) == []
 
 
 ATTACKS = sorted(name[:-3] for name in os.listdir(os.path.join(REPO, "tests", "fixtures", "attacks")) if name.endswith(".py"))

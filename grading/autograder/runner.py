@@ -21,6 +21,7 @@ import dataclasses
 import os
 import queue
 import shutil
+import sys
 import tempfile
 import threading
 import time
@@ -31,13 +32,14 @@ import nbformat
 from grading.autograder.course import copy_submission, write_course_config
 from grading.autograder.execute import KERNEL_DIED, NOT_RUN
 from grading.autograder.judge_service import JudgeService, JudgeServiceFailed
+from grading.autograder.memory_cgroup import CgroupUnavailable, MemoryCgroup
 from grading.autograder.metadata import repair_cell_metadata
 from grading.autograder.nbgrader_cli import check, nbgrader_environment, open_course
 from grading.autograder.sandbox import SANDBOX_ENV, gpu_devices, submission_spec
-from grading.autograder.suspicious import suspicious_constructs
+from grading.autograder.suspicious import suspicious_constructs, suspicious_helper_files
 from grading.autograder.tampering import find_tampering
 from grading.autograder.worker import AutogradeWorker, WorkerTimeout
-from grading.judge.limits import default_memory_limit_gib
+from grading.judge.limits import GIB, PROCESSES_PER_WORKER, default_memory_limit_gib
 from grading.paths import COURSE_ROOT
 
 NOT_JUDGED_LINE = ("✗ not graded: this cell never reached the grader (an error before it, a timeout, "
@@ -52,7 +54,11 @@ class GradeOptions:
     ``rank_timeout_s`` per call that runs ranks (the judge's and the visible checks'),
     ``submission_timeout_s`` for a whole submission's autograde. ``memory_limit_gib`` caps the data
     memory of every process a submission runs (kernel, ranks, the judge's ranks), in GiB; None:
-    ``judge.limits.default_memory_limit_gib(workers)``; 0: no cap. ``course_root``: the course whose
+    ``judge.limits.default_memory_limit_gib(workers)``; 0: no cap. ``memory_cap``: how that cap counts
+    shared memory too: "address-space" (RLIMIT_AS of each sandboxed process), "cgroup" (a memory
+    cgroup per worker, ``PROCESSES_PER_WORKER`` times the cap: ``memory_cgroup``) or "auto" (the
+    cgroup on a GPU node, where CUDA's address-space reservations rule RLIMIT_AS out; RLIMIT_AS
+    elsewhere). ``course_root``: the course whose
     ``grading`` package the judges, the autograde workers and the kernels import, and whose
     ``solutions/`` holds the lab (default: this package's)."""
 
@@ -65,6 +71,7 @@ class GradeOptions:
     submission_timeout_s: float = 1200.0
     backend: str = "auto"
     memory_limit_gib: float | None = None
+    memory_cap: str = "auto"
     course_root: str = COURSE_ROOT
 
 
@@ -198,7 +205,7 @@ def repair_submissions(options: GradeOptions, students: list, notebooks: list, r
 # ----- autograding, in parallel ------------------------------------------------------------------
 
 def _autograde(student: str, service: JudgeService, worker: AutogradeWorker, options: GradeOptions,
-               sandbox_root: str, memory_limit_gib: float) -> SubmissionOutcome:
+               sandbox_root: str, memory_limit_gib: float, cgroup_procs: str) -> SubmissionOutcome:
     """Autograde one submission, its kernel in its sandbox (``autograder.sandbox``); the judge's verdicts."""
     outcome = SubmissionOutcome(student)
     started = time.monotonic()
@@ -211,7 +218,8 @@ def _autograde(student: str, service: JudgeService, worker: AutogradeWorker, opt
     try:
         spec = submission_spec(sandbox_root, student, options.course_root, socket_path, memory_limit_gib,
                                on_gpu=options.backend != "gloo" and bool(gpu_devices()),
-                               hidden=(options.course_dir, os.path.abspath(options.submissions_dir)))
+                               hidden=(options.course_dir, os.path.abspath(options.submissions_dir)),
+                               cgroup_procs=cgroup_procs)
         result = worker.autograde(options.lab, student, {"LAB_JUDGE_SOCKET": socket_path,
                                                          SANDBOX_ENV: spec.to_env()}, options.submission_timeout_s)
         with open(log_path, "w") as log:
@@ -228,6 +236,33 @@ def _autograde(student: str, service: JudgeService, worker: AutogradeWorker, opt
     return outcome
 
 
+MEMORY_CAPS = ("auto", "address-space", "cgroup")
+
+
+def memory_cap_kind(options: GradeOptions) -> str:
+    """"cgroup" or "address-space": what ``options.memory_cap`` means on this node."""
+    if options.memory_cap not in MEMORY_CAPS:
+        raise ValueError(f"memory_cap must be one of {', '.join(MEMORY_CAPS)}, got {options.memory_cap!r}")
+    if options.memory_cap != "auto":
+        return options.memory_cap
+    return "cgroup" if options.backend != "gloo" and gpu_devices() else "address-space"
+
+
+def worker_cgroup(options: GradeOptions, index: int, memory_limit_gib: float) -> MemoryCgroup | None:
+    """Worker ``index``'s memory cgroup, or None (no cap, or RLIMIT_AS caps memory). Where the cgroup is
+    what caps memory and none can be made: CgroupUnavailable if it was asked for by name; on "auto"
+    (a GPU node) the submissions go without a cap, and this says so on stderr."""
+    if memory_limit_gib <= 0 or memory_cap_kind(options) != "cgroup":
+        return None
+    try:
+        return MemoryCgroup.create(f"course-grade-{os.getpid()}-{index}", int(memory_limit_gib * PROCESSES_PER_WORKER * GIB))
+    except CgroupUnavailable as exc:
+        if options.memory_cap == "cgroup":
+            raise
+        print(f"course grade: no memory cap for the submissions on this GPU node: {exc}", file=sys.stderr, flush=True)
+        return None
+
+
 def _run_workers(options: GradeOptions, students: list, progress) -> dict:
     todo: queue.Queue = queue.Queue()
     for student in students:
@@ -239,11 +274,16 @@ def _run_workers(options: GradeOptions, students: list, progress) -> dict:
     memory_limit_gib = (default_memory_limit_gib(options.workers) if options.memory_limit_gib is None
                         else options.memory_limit_gib)
 
+    count = min(options.workers, len(students))
+    cgroups = [worker_cgroup(options, index, memory_limit_gib) for index in range(count)]  # errors before any work
+
     def work(index: int) -> None:
         logs = os.path.join(options.course_dir, "logs", options.lab)
         sandbox_root = tempfile.mkdtemp(prefix="course-grade-sandbox-")
+        cgroup = cgroups[index]
+        procs = cgroup.procs if cgroup else ""
         service = JudgeService(os.path.join(logs, f"judge-{index}.log"), options.rank_timeout_s, options.backend,
-                               memory_limit_gib, course_root=options.course_root)
+                               memory_limit_gib, course_root=options.course_root, cgroup_procs=procs)
         worker = AutogradeWorker(options.course_dir, os.path.join(logs, f"worker-{index}.log"), kernel_environment,
                                  memory_limit_gib, course_root=options.course_root)
         try:
@@ -252,7 +292,7 @@ def _run_workers(options: GradeOptions, students: list, progress) -> dict:
                     student = todo.get_nowait()
                 except queue.Empty:
                     return
-                outcome = _autograde(student, service, worker, options, sandbox_root, memory_limit_gib)
+                outcome = _autograde(student, service, worker, options, sandbox_root, memory_limit_gib, procs)
                 with lock:
                     outcomes[student] = outcome
                     if progress:
@@ -260,9 +300,11 @@ def _run_workers(options: GradeOptions, students: list, progress) -> dict:
         finally:
             worker.close()
             service.close()
+            if cgroup:
+                cgroup.remove()
             shutil.rmtree(sandbox_root, ignore_errors=True)
 
-    threads = [threading.Thread(target=work, args=(i,), daemon=True) for i in range(min(options.workers, len(students)))]
+    threads = [threading.Thread(target=work, args=(i,), daemon=True) for i in range(count)]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -348,14 +390,17 @@ EXPECTED_FILES = ("timestamp.txt",)
 
 
 def helper_files(folder: str, notebooks: list) -> list:
-    """A report line per file handed in beside the lab's notebooks (a helper module, data): the
-    notebook may import it in its kernel, but the judge's ranks run the notebook's own code only."""
+    """A report line per file handed in beside the lab's notebooks (a helper module, data). The code
+    the notebook imports from a ``.py`` file there travels to the hidden tests with the cells' code
+    (``judge.client.helper_modules``); anything else the notebook reads there is not on the ranks."""
     if not os.path.isdir(folder):
         return []
     extra = sorted(name for name in os.listdir(folder) if name not in notebooks and name not in EXPECTED_FILES
                    and not name.startswith("."))
-    return [f"handed in {name} beside the notebook: the hidden tests run only the notebook's own code, so "
-            f"anything the graded parts import from it fails there; put that code in the notebook" for name in extra]
+    return [f"handed in {name} beside the notebook: " + (
+        "the code the notebook imports from it was graded with the notebook's own" if name.endswith(".py") else
+        "the hidden tests do not see this file, so a graded part that reads it fails there; "
+        "put what it holds in the notebook") for name in extra]
 
 
 def _write_verdict_files(options: GradeOptions, outcomes: dict, notices: dict) -> None:
@@ -416,7 +461,9 @@ def grade_class(options: GradeOptions, progress=None) -> ClassReport:
                 handed_in = nbformat.read(submitted, as_version=4)
                 outcome.tampering += find_tampering(release, handed_in)
                 outcome.suspicious += suspicious_constructs(release, handed_in)
-        helpers = helper_files(os.path.join(options.course_dir, "submitted", student, options.lab), notebooks)
+        folder = os.path.join(options.course_dir, "submitted", student, options.lab)
+        helpers = helper_files(folder, notebooks)
+        outcome.suspicious += suspicious_helper_files(folder, notebooks)
         outcome.errors = repairs.get(student, []) + _notable_errors(options, student, notebooks) + helpers
         notices[student] = repairs.get(student, []) + helpers
     _write_verdict_files(options, outcomes, notices)

@@ -7,10 +7,12 @@ Code a lab never needs and that the attacks on an autograder use: torch.distribu
 (around the communication trace), walking the interpreter's objects or stack frames (the inputs
 of other ranks, the grader's frames), reloading modules, ctypes, detached processes, reading
 paths outside the notebook's folder, sniffing the environment (behaving differently when graded),
-changing how IPython reads cells. Cells the student left as released are not scanned.
+changing how IPython reads cells. Cells the student left as released are not scanned; the ``.py``
+files handed in beside the notebook are (``suspicious_helper_files``).
 """
 from __future__ import annotations
 
+import os
 import re
 
 #: (pattern, what it does) for each construct reported.
@@ -24,6 +26,7 @@ CONSTRUCTS = (
     (r"\bsetsid\b|start_new_session|\bdaemon\s*=\s*True", "starts detached processes"),
     (r"\bos\.(fork|forkpty|posix_spawn|exec\w*|system|kill)\b|\bsubprocess\b", "starts or signals processes"),
     (r"\bmmap\b", "maps memory directly"),
+    (r"\bmultiprocessing\b|\bSharedMemory\b", "shares memory or queues between processes"),
     (r"\bos\.environ\b|\bgetenv\b", "reads the environment (behaves differently when graded?)"),
     (r"(open|Path|listdir|scandir|walk|glob)\(\s*[frb]?[\"'](/|\.\.|~)|\.\./|[\"']\.\.[\"']|__file__|\bgrading\b(?!\.judge import judge)",
      "reads paths outside the notebook's folder or the grader's files"),
@@ -60,6 +63,21 @@ def suspicious_constructs(release, submitted) -> list:
             continue
         for number, text, what in scan_source(cell.source):
             lines.append(f"look at cell {name}, line {number}: {text[:60]} ({what})")
+    if len(lines) > MAX_LINES:
+        lines = lines[:MAX_LINES] + [f"... and {len(lines) - MAX_LINES} more"]
+    return lines
+
+
+def suspicious_helper_files(folder: str, notebooks: list) -> list:
+    """Report lines for the ``.py`` files handed in beside the notebooks in ``folder`` (their code
+    runs in the kernel and, imported by a graded part, on the judge's ranks)."""
+    lines = []
+    for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else ():
+        path = os.path.join(folder, name)
+        if name.endswith(".py") and name not in notebooks and os.path.isfile(path) and not os.path.islink(path):
+            with open(path, encoding="utf-8", errors="replace") as f:
+                lines += [f"look at {name}, line {number}: {text[:60]} ({what})"
+                          for number, text, what in scan_source(f.read())]
     if len(lines) > MAX_LINES:
         lines = lines[:MAX_LINES] + [f"... and {len(lines) - MAX_LINES} more"]
     return lines

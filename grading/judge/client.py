@@ -22,6 +22,7 @@ import linecache
 import os
 import socket
 import subprocess
+import sys
 import types
 
 from grading.judge.protocol import read_message, write_message
@@ -47,10 +48,37 @@ class HiddenTestsFailed(AssertionError):
 _DYNAMIC_CODE = "<dynamic-code>"
 
 
+#: Packages of the course that the judge's ranks import themselves (never sent by value).
+COURSE_PACKAGES = ("labutils", "grading")
+
+
+def _inside(path: str, folder: str) -> bool:
+    return path.startswith(folder.rstrip(os.sep) + os.sep)
+
+
+def helper_modules(folder: str) -> list:
+    """Top-level modules this kernel imported from files in ``folder`` (the notebook's own, its
+    working directory): a helper module handed in beside the notebook. The judge's ranks have no
+    such file, so ``dumps`` sends them by value, like the cells' code. Not the course's packages,
+    nor anything inside the Python installation or environment (a ``.venv`` in the folder)."""
+    folder = os.path.realpath(folder)
+    environment = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
+    found = []
+    for name, module in list(sys.modules.items()):
+        path = getattr(module, "__file__", None)
+        if "." in name or name == "__main__" or name in COURSE_PACKAGES or not isinstance(path, str):
+            continue
+        path = os.path.realpath(path)
+        if _inside(path, folder) and not any(_inside(path, prefix) for prefix in environment):
+            found.append(module)
+    return found
+
+
 def dumps(objects: dict) -> bytes:
-    """cloudpickle of ``objects`` (cells' classes and functions by value), each code object keeping
-    its file name, the cell it came from, which cloudpickle 3.1 replaces with "<dynamic-code>":
-    the judge quotes the student's own line of that cell when the code fails or hangs."""
+    """cloudpickle of ``objects`` (cells' classes and functions by value, and those of the helper
+    modules beside the notebook: ``helper_modules``), each code object keeping its file name, the
+    cell it came from, which cloudpickle 3.1 replaces with "<dynamic-code>": the judge quotes the
+    student's own line of that cell when the code fails or hangs."""
     import cloudpickle
 
     class KeepCellNames(cloudpickle.Pickler):
@@ -60,17 +88,31 @@ def dumps(objects: dict) -> bytes:
                 return constructor, tuple(obj.co_filename if arg == _DYNAMIC_CODE else arg for arg in args)
             return super().reducer_override(obj)
 
-    buffer = io.BytesIO()
-    KeepCellNames(buffer).dump(objects)
-    return buffer.getvalue()
+    helpers = helper_modules(os.getcwd())
+    for module in helpers:
+        cloudpickle.register_pickle_by_value(module)
+    try:
+        buffer = io.BytesIO()
+        KeepCellNames(buffer).dump(objects)
+        return buffer.getvalue()
+    finally:
+        for module in helpers:
+            cloudpickle.unregister_pickle_by_value(module)
 
 
 def _cell_sources() -> dict:
-    """{filename: source} of the code cells this kernel has run (they have no file on disk)."""
+    """{filename: source} of the code cells this kernel has run (they have no file on disk) and of
+    the helper modules beside the notebook (the ranks have no such file)."""
     sources = {}
     for filename, entry in list(linecache.cache.items()):
         if len(entry) == 4 and not os.path.exists(filename):
             sources[filename] = "".join(entry[2])[:MAX_SOURCE_CHARS]
+    for module in helper_modules(os.getcwd()):
+        try:
+            with open(module.__file__, encoding="utf-8", errors="replace") as f:
+                sources[module.__file__] = f.read(MAX_SOURCE_CHARS)
+        except OSError:
+            continue
     return sources
 
 
