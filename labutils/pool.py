@@ -224,6 +224,13 @@ class Pool:
         """Process ids of the running ranks (empty when stopped)."""
         return [r.pid for r in self._links.ranks]
 
+    def starter_pid(self) -> int | None:
+        """Process id, as this process sees it, of what the running ranks were forked from: the rank
+        template, or the command that wraps it (``$LABUTILS_RANK_WRAPPER``); None when stopped or when
+        each rank is a fresh process (``LABUTILS_START_METHOD=spawn``)."""
+        starter = self._links.starter if self._links.ranks else None
+        return getattr(starter, "pid", None)
+
     # ----- calls -----------------------------------------------------------------
     def run(self, fn, *args, timeout: float | None = None, **kwargs) -> list:
         """Run ``fn(*args, **kwargs)`` on every rank; return the results in rank order.

@@ -41,8 +41,9 @@ FIXTURES, ATTACKS = _fixtures(FIXTURES_DIR), _fixtures(ATTACKS_DIR)
 #: (prints_the_grader fails every hidden-test cell in the notebook after the judge ran, which would
 #: hide attacks_classmates' forged pass, so the two are handed in by different students.)
 RED_TEAM = {"red_team_on_the_grader": ("prints_the_grader", "reads_the_reference_when_judged",
-                                       "shares_memory_to_escape_the_cap"),
-            "red_team_on_classmates": ("reloads_the_reference", "attacks_classmates", "outlives_grading"),
+                                       "shares_memory_to_escape_the_cap", "sends_beside_the_process_group"),
+            "red_team_on_classmates": ("reloads_the_reference", "attacks_classmates", "outlives_grading",
+                                       "peeks_from_a_helper_file"),
             "red_team_fair_to_correct_code": ("edits_its_own_metadata", "hands_in_a_helper_file")}
 #: In the command line of every process a red-team attack starts.
 DAEMON_MARK = "red-team-daemon"
@@ -226,17 +227,15 @@ while True:
 def test_a_kernel_that_loops_forever_loses_that_part_at_the_cell_timeout_and_the_rest_is_graded(tmp_path):
     solution, _ = _notebooks()
     submissions = tmp_path / "submissions"
-    _write(submissions, "solution", solution)
-    _write(submissions, "kernel_loop", apply_fixture(solution, KERNEL_LOOP))
+    _write(submissions, "kernel_loop", apply_fixture(solution, KERNEL_LOOP))  # alone: the solution is graded above
     course = str(tmp_path / "course")
     done = subprocess.run([sys.executable, "-m", "grading", "grade", LAB, str(submissions), "--course-dir", course,
-                           "--workers", "2", "--rank-timeout", "10", "--cell-timeout", "15"],
+                           "--workers", "1", "--rank-timeout", "10", "--cell-timeout", "15"],
                           capture_output=True, text=True, timeout=600, cwd=REPO)
     assert done.returncode == 0, done.stdout + done.stderr
     with open(os.path.join(course, "reports", f"{LAB}.json")) as f:
         submissions_report = {s["student"]: s for s in json.load(f)["submissions"]}
     scores = _gradebook_scores(course)
-    assert scores["solution"] == POINTS
     assert scores["kernel_loop"] == dict(POINTS, test_parallel_mlp=0)
     assert any("parallel_mlp: CellTimeoutError" in item for item in submissions_report["kernel_loop"]["attention"])
     deadline = time.monotonic() + 10
@@ -338,6 +337,8 @@ def test_feedback_names_a_helper_file_and_repaired_metadata_and_quotes_no_grader
     ("red_team_on_classmates", "test_f", "ModuleNotFoundError"),  # reload: no grader file on the rank
     ("red_team_on_the_grader", "test_g", "FileNotFoundError"),  # the reference's file is not on disk
     ("red_team_on_the_grader", "test_parallel_mlp", "Cannot allocate memory"),  # RLIMIT_AS counts shared maps
+    ("red_team_on_the_grader", "test_row_parallel", "traffic outside the collectives"),  # loopback counted outside
 ])
 def test_each_attack_hits_its_wall(graded, student, cell, wall):
-    assert wall in graded["parts"][student][cell]["lines"][0]
+    lines = graded["parts"][student][cell]["lines"]
+    assert any(wall in line for line in lines), lines

@@ -20,7 +20,8 @@ import torch.nn.functional as F
 from labutils.errors import LaunchError, RankDiedError, RankTimeoutError
 
 from grading.judge import rankside
-from grading.judge.perrank import launch_each
+from grading.judge.loopback import traffic_problem
+from grading.judge.perrank import RankResults, launch_each
 
 # Captured once, before any request: what the judge computes and compares with.
 _linear, _gelu, _isfinite = F.linear, F.gelu, torch.isfinite
@@ -142,7 +143,15 @@ def run_test(lab: str, test: str, names: list, blob: bytes, sources: dict, *,
         return Verdict(test, spec.title, False, [f"✗ a rank died while running your code: {_first_sentence(exc)}"])
     except LaunchError as exc:
         return Verdict(test, spec.title, False, [f"✗ the ranks failed: {_first_sentence(exc)}"])
-    return compare(test, spec, cases, merge(reference, student))
+    verdict = compare(test, spec, cases, merge(reference, student))
+    problem = traffic_problem(reference.loopback_bytes, student.loopback_bytes)
+    if reference.loopback_bytes is not None:  # the judge's log (course grade's --log), for the instructor
+        print(f"{lab} {test}: loopback bytes: reference {reference.loopback_bytes}, "
+              f"submission {student.loopback_bytes}", flush=True)
+    if problem:
+        verdict.passed = False
+        verdict.lines.append(f"✗ {problem}")
+    return verdict
 
 
 def split_by_rank(spec: TestSpec, cases: list) -> list:
@@ -170,18 +179,25 @@ def _own_copies(data: dict) -> dict:
             for key, value in data.items()}
 
 
-def launch_reference(lab: str, test: str, cases: list, *, rank_timeout_s: float, backend: str = "auto") -> list:
-    """Per rank, what the reference did on each case: [{"reference": [per case result]}]."""
+def launch_reference(lab: str, test: str, cases: list, *, rank_timeout_s: float, backend: str = "auto") -> RankResults:
+    """Per rank, what the reference did on each case: [{"reference": [per case result]}], and the
+    bytes its ranks sent each other (``RankResults.loopback_bytes``)."""
     spec = load_lab(lab).TESTS[test]
     raw = launch_each(rankside.run_reference, [(lab, test, seen, data) for seen, data in split_by_rank(spec, cases)],
                       backend=backend, timeout=rank_timeout_s)
-    return [decode(item) for item in raw]
+    return _decoded(raw)
+
+
+def _decoded(raw: RankResults) -> RankResults:
+    decoded = RankResults(decode(item) for item in raw)
+    decoded.loopback_bytes = raw.loopback_bytes
+    return decoded
 
 
 def launch_submission(lab: str, test: str, cases: list, blob: bytes, sources: dict, *, rank_timeout_s: float,
-                      backend: str = "auto") -> list:
+                      backend: str = "auto") -> RankResults:
     """Per rank, what the submission (``blob``) did on each case: [{"student": [per case result]}],
-    in a launch of its own (after ``launch_reference``). Everything its ranks send back is
+    and the bytes its ranks sent each other, in a launch of its own (after ``launch_reference``). Everything its ranks send back is
     unpickled under ``restricted_unpickling``; anything but the judge's bytes is the submission's
     fault (``rankside.StudentCodeFailed``)."""
     spec = load_lab(lab).TESTS[test]
@@ -193,7 +209,7 @@ def launch_submission(lab: str, test: str, cases: list, blob: bytes, sources: di
     except pickle.UnpicklingError as exc:
         raise rankside.StudentCodeFailed(f"the ranks sent back what the grader refuses to unpickle ({exc})") from None
     try:
-        return [decode(item) for item in raw]
+        return _decoded(raw)
     except Exception:
         raise rankside.StudentCodeFailed("the ranks sent back something other than the grader's results "
                                          "(code on the ranks changed the grader's own)") from None

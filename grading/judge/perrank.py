@@ -10,10 +10,26 @@ from __future__ import annotations
 from labutils.call_args import validate_world_size
 from labutils.pool import Pool
 
+from grading.judge.loopback import LoopbackMeter
 
-def launch_each(fn, args_of_rank: list, *, backend: str = "auto", timeout: float) -> list:
-    """Like ``labutils.launch(fn, len(args_of_rank), ...)``, rank r calling ``fn(*args_of_rank[r])``."""
+
+class RankResults(list):
+    """Each rank's result of one launch, in rank order; ``loopback_bytes``: what the ranks sent each
+    other over their sandbox's loopback during the call (``loopback``), None where not measured."""
+
+    loopback_bytes: int | None = None
+
+
+def launch_each(fn, args_of_rank: list, *, backend: str = "auto", timeout: float) -> RankResults:
+    """Like ``labutils.launch(fn, len(args_of_rank), ...)``, rank r calling ``fn(*args_of_rank[r])``;
+    the bytes the call sent over the ranks' loopback are counted from outside (the process group's
+    start, the same in every launch, is not)."""
     __tracebackhide__ = True
     world_size = validate_world_size(len(args_of_rank))
     with Pool(world_size, backend=backend, timeout=timeout) as pool:
-        return pool.run_each(fn, args_of_rank, timeout)
+        meter = LoopbackMeter.around(pool.starter_pid())
+        before = meter.read() if meter else None
+        results = RankResults(pool.run_each(fn, args_of_rank, timeout))
+        if meter:
+            results.loopback_bytes = meter.read() - before
+        return results
