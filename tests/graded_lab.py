@@ -90,9 +90,10 @@ class GradedLab:
             assert fixture.description and fixture.loses and fixture.loses <= test_cells, name
             apply_fixture(student_solution(source, release), fixture)
 
-    def losses_through_the_judge(self, fixture: str, tests=None) -> set:
+    def losses_through_the_judge(self, fixture: str, tests=None, rank_timeout_s: float | None = None) -> set:
         """Test cells the fixture fails when the judge runs each test (or only ``tests``, names of
-        hidden tests) on its code (no kernel)."""
+        hidden tests) on its code (no kernel), each call on ranks stopped after ``rank_timeout_s``
+        (default: the lab's)."""
         namespace = self.solution_namespace(fixture)
         lost = set()
         for test, spec in self.tests().items():
@@ -100,7 +101,7 @@ class GradedLab:
                 continue
             objects = {name: namespace[name] for name in spec.objects}
             verdict = engine.run_test(self.name, test, list(objects), client.dumps(objects), {},
-                                      rank_timeout_s=self.rank_timeout_s, backend="gloo", seed=5)
+                                      rank_timeout_s=rank_timeout_s or self.rank_timeout_s, backend="gloo", seed=5)
             assert not verdict.judge_error, verdict.lines
             if not verdict.passed:
                 lost.add(test)
