@@ -136,3 +136,15 @@ def test_a_helper_module_beside_the_notebook_travels_by_value_and_nothing_else_d
     out = subprocess.run([sys.executable, "-c", check], input=blob, capture_output=True, check=True, cwd="/",
                          env=env).stdout.decode().split()
     assert out == ["3.1416", "12.5664", "labutils.launch", str(tmp_path / "my_layers.py")]
+
+
+def test_the_calibration_bench_measures_an_honest_solution_within_the_slack():
+    """``bench/judge_traffic.py`` on one lab: every hidden test measured in the sandbox, within the slack."""
+    _bwrap_or_skip()
+    done = subprocess.run([sys.executable, os.path.join(REPO, "bench", "judge_traffic.py"), "--labs",
+                           "lab06_expert_parallel", "--repeats", "1"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr[-2000:]
+    rows = [line.split() for line in done.stdout.splitlines() if line.startswith("lab06_expert_parallel")]
+    assert [row[1] for row in rows] == ["test_route", "test_all_to_all", "test_moe"]
+    assert all(int(row[2].replace(",", "")) > 0 and float(row[5]) < 1 for row in rows)
+    assert done.stdout.splitlines()[-1].startswith("largest difference: ")
