@@ -82,6 +82,13 @@ def check_command(notebook: Path, cell_timeout_s: float) -> list[str]:
     return [sys.executable, "-m", "labutils", "check", str(notebook), "--timeout", f"{cell_timeout_s:g}"]
 
 
+def _interruptible() -> None:
+    """In the check's process before it starts: SIGINT back to its default, so that ``stop``'s SIGINT
+    ends it at once even when the server was started with SIGINT ignored (in the background, by
+    ``nohup`` or a service manager), which a child inherits."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 async def run_check(command: list[str], cwd: Path, timeout_s: float) -> dict:
     """Run ``command`` in ``cwd`` (no shell, own process group) for at most ``timeout_s`` seconds.
 
@@ -91,7 +98,7 @@ async def run_check(command: list[str], cwd: Path, timeout_s: float) -> dict:
     started = time.monotonic()
     process = await asyncio.create_subprocess_exec(
         *command, cwd=cwd, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE, start_new_session=True)
+        stderr=asyncio.subprocess.PIPE, start_new_session=True, preexec_fn=_interruptible)
     _RUNNING_CHECKS.add(process.pid)
     communicating = asyncio.ensure_future(process.communicate())
     timed_out = False
