@@ -34,7 +34,8 @@ LAB = "lab01_tensor_parallel"
 ACCOUNT = "course-grader"
 SYSTEM_PYTHON = "/usr/bin/python3"
 #: The attacker: these red-team fixtures (tests/fixtures/attacks) in one notebook.
-ATTACKS = ("reloads_the_reference", "attacks_classmates", "shares_memory_to_escape_the_cap")
+ATTACKS = ("reloads_the_reference", "attacks_classmates", "shares_memory_to_escape_the_cap",
+           "sends_beside_the_process_group")
 POINTS = {"test_f": 2, "test_g": 2, "test_column_parallel": 4, "test_row_parallel": 4, "test_parallel_mlp": 4}
 #: What a course copy needs to grade the lab.
 COURSE_PARTS = ("grading", "labutils", os.path.join("solutions", LAB))
@@ -154,6 +155,8 @@ def test_an_ordinary_user_grades_in_the_sandbox_and_the_attacker_gains_nothing(g
     attention = "\n".join(report["attacker"]["attention"])
     for text in ("test_column_parallel: forged", "importlib", "setsid", "mmap"):
         assert text in attention, text
+    row_parallel = next(p for p in report["attacker"]["parts"] if p["cell"] == "test_row_parallel")
+    assert any("traffic outside the collectives" in line for line in row_parallel["lines"]), row_parallel["lines"]
     with open(os.path.join(graded["course"], "grades.csv")) as f:
         rows = {row["student_id"]: float(row["score"]) for row in csv.DictReader(f)}
     assert rows == {student: s["points"] for student, s in report.items()}
