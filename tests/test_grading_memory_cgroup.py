@@ -71,6 +71,18 @@ def test_a_process_left_inside_is_killed_when_the_cgroup_is_removed():
     assert left.wait(timeout=10) == -9 and not os.path.exists(made.folder)
 
 
+def test_a_cgroup_is_found_again_from_its_procs_file():
+    try:
+        made = MemoryCgroup.create(f"course-grade-again-{os.getpid()}", 3 * 2**30)
+    except CgroupUnavailable as exc:
+        pytest.skip(str(exc))
+    try:
+        again = MemoryCgroup.of_procs(made.procs)
+        assert (again.folder, again.version, again.limit_bytes) == (made.folder, made.version, 3 * 2**30)
+    finally:
+        made.remove()
+
+
 def test_with_a_cgroup_no_address_space_cap_is_set_and_every_sandbox_joins_it(tmp_path):
     procs = "/sys/fs/cgroup/memory/x/cgroup.procs"
     spec = submission_spec(str(tmp_path), "alice", REPO, "", memory_limit_gib=4, on_gpu=False, cgroup_procs=procs)
@@ -86,7 +98,8 @@ def test_with_a_cgroup_no_address_space_cap_is_set_and_every_sandbox_joins_it(tm
 
 def test_the_judges_ranks_run_in_the_cgroup_and_a_hog_among_them_is_killed(tmp_path):
     """Ranks started through the judge's sandboxed rank template, in a 1.5 GiB cgroup without any
-    RLIMIT_AS: an ordinary call runs; a rank that fills shared memory dies of the cap."""
+    RLIMIT_AS: an ordinary call runs; a rank that fills shared memory dies of the cap, and the
+    judge's launch says so (not only "SIGKILL")."""
     _bwrap()
     try:
         made = MemoryCgroup.create(f"course-grade-ranks-{os.getpid()}", 3 * 2**29)
@@ -107,8 +120,9 @@ def test_the_judges_ranks_run_in_the_cgroup_and_a_hog_among_them_is_killed(tmp_p
             exec({SHARED_HOG!r})
 
         print(all({os.path.basename(made.folder)!r} in text for text in labutils.launch(in_cgroup, 2, backend="gloo")))
+        from grading.judge.perrank import launch_each
         try:
-            labutils.launch(hog, 2, backend="gloo", timeout=60)
+            launch_each(hog, [(), ()], backend="gloo", timeout=60)
             print("no rank died")
         except RankDiedError as exc:
             print("died:", exc)
@@ -117,7 +131,8 @@ def test_the_judges_ranks_run_in_the_cgroup_and_a_hog_among_them_is_killed(tmp_p
         done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=180)
         lines = done.stdout.splitlines()
         assert lines[:1] == ["True"], done.stdout + done.stderr[-2000:]
-        assert lines[1].startswith("died:") and "SIGKILL" in lines[1], done.stdout + done.stderr[-2000:]
+        assert lines[1].startswith("died: rank ") and "stopped at the memory cap (1.5 GiB" in lines[1], \
+            done.stdout + done.stderr[-2000:]
         assert made.out_of_memory_kills() >= 1
     finally:
         made.remove()

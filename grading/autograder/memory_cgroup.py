@@ -120,6 +120,15 @@ class MemoryCgroup:
                                     "course grade as root, or in a delegated cgroup (systemd-run --user --scope "
                                     "-p Delegate=yes course grade ...)") from None
 
+    @classmethod
+    def of_procs(cls, procs: str) -> "MemoryCgroup":
+        """The cgroup whose ``cgroup.procs`` is ``procs`` (made by ``create``, maybe in another process)."""
+        folder = os.path.dirname(procs)
+        version = 2 if os.path.exists(os.path.join(folder, "memory.max")) else 1
+        with open(os.path.join(folder, "memory.max" if version == 2 else "memory.limit_in_bytes")) as f:
+            text = f.read().strip()
+        return cls(folder, version, 0 if text == "max" else int(text))
+
     def pids(self) -> list:
         try:
             with open(self.procs) as f:

@@ -11,9 +11,14 @@ import os
 
 from labutils._starters import RANK_WRAPPER_ENV
 from labutils.call_args import validate_world_size
+from labutils.errors import RankDiedError
 from labutils.pool import Pool
 
 from grading.judge.loopback import LoopbackMeter
+
+
+#: The memory cgroup the judge's sandboxed ranks run in (``server.sandbox_ranks`` sets it), or None.
+memory_cgroup = None
 
 
 class RankResults(list):
@@ -35,7 +40,22 @@ def launch_each(fn, args_of_rank: list, *, backend: str = "auto", timeout: float
             print("judge: the sandboxed ranks' network traffic cannot be counted (no process of theirs in a "
                   "network namespace of its own is readable here): graded without the traffic check", flush=True)
         before = meter.read() if meter else None
-        results = RankResults(pool.run_each(fn, args_of_rank, timeout))
+        results = RankResults(_run_each(pool, fn, args_of_rank, timeout))
         if meter:
             results.loopback_bytes = meter.read() - before
         return results
+
+
+def _run_each(pool: Pool, fn, args_of_rank: list, timeout: float) -> list:
+    """``pool.run_each``; a rank that the out-of-memory killer of ``memory_cgroup`` stopped is said to be
+    (``RankDiedError``), where it would only show as SIGKILL."""
+    __tracebackhide__ = True
+    kills = memory_cgroup.out_of_memory_kills() if memory_cgroup else 0
+    try:
+        return pool.run_each(fn, args_of_rank, timeout)
+    except RankDiedError as exc:
+        if memory_cgroup is None or memory_cgroup.out_of_memory_kills() == kills:
+            raise
+        raise RankDiedError(f"rank {exc.rank} was stopped at the memory cap ({memory_cgroup.limit_bytes / 2**30:.1f} GiB "
+                            "for the submission's processes together): it used more memory than that",
+                            exc.rank, exc.exitcode, exc.signal) from None

@@ -194,6 +194,11 @@ def sandbox_ranks(sandbox_dir: str, backend: str, memory_limit_gib: float, cgrou
     on_gpu = backend != "gloo" and bool(gpu_devices())
     os.environ[RANK_WRAPPER_ENV] = json.dumps(judge_rank_wrapper(find_bwrap(), COURSE_ROOT, sandbox_dir,
                                                                  memory_limit_gib, on_gpu, cgroup_procs))
+    if cgroup_procs:  # so that a rank its out-of-memory killer stops is named as such
+        from grading.autograder.memory_cgroup import MemoryCgroup
+        from grading.judge import perrank
+
+        perrank.memory_cgroup = MemoryCgroup.of_procs(cgroup_procs)
 
 
 def main(argv=None) -> int:
