@@ -97,6 +97,7 @@ class MemoryCgroup:
         """A fresh cgroup ``name`` beside this process's, capped at ``limit_bytes`` of memory and no swap."""
         if limit_bytes <= 0:
             raise ValueError(f"a memory cgroup needs a positive limit, got {limit_bytes} bytes")
+        folder = None
         try:
             v1 = _v1_memory_dir()
             if v1 is not None:
@@ -116,6 +117,11 @@ class MemoryCgroup:
                 _write(os.path.join(folder, "memory.swap.max"), "0")
             return cls(folder, 2, limit_bytes)
         except OSError as exc:
+            if folder is not None and os.path.isdir(folder):
+                try:
+                    os.rmdir(folder)  # made, but it could not be limited
+                except OSError:
+                    pass
             raise CgroupUnavailable(f"cannot make a memory cgroup here ({exc.strerror}: {exc.filename}): run "
                                     "course grade as root, or in a delegated cgroup (systemd-run --user --scope "
                                     "-p Delegate=yes course grade ...)") from None
