@@ -56,6 +56,8 @@ def test_each_attack_is_named_with_its_cell_and_line(name, expected):
     ("if os.environ.get('LAB_JUDGE_SOCKET'):", "reads the environment"),
     ("text = open('/etc/passwd').read()", "reads paths outside"),
     ("block = multiprocessing.shared_memory.SharedMemory(name='x')", "shares memory or queues between processes"),
+    ("store = dist.TCPStore('127.0.0.1', 29500, 2, False)", "opens a channel of its own"),
+    ("conn = socket.create_connection(('127.0.0.1', 9999))", "opens a channel of its own"),
 ])
 def test_each_kind_of_construct_is_recognised(source, what):
     assert any(what in found for _, _, found in scan_source(source))

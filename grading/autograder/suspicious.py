@@ -27,6 +27,8 @@ CONSTRUCTS = (
     (r"\bos\.(fork|forkpty|posix_spawn|exec\w*|system|kill)\b|\bsubprocess\b", "starts or signals processes"),
     (r"\bmmap\b", "maps memory directly"),
     (r"\bmultiprocessing\b|\bSharedMemory\b", "shares memory or queues between processes"),
+    (r"\bimport socket\b|\bsocket\.(socket|create_\w+|socketpair)\b|\bTCPStore\b|_get_default_store",
+     "opens a channel of its own (sockets, the rendezvous store)"),
     (r"\bos\.environ\b|\bgetenv\b", "reads the environment (behaves differently when graded?)"),
     (r"(open|Path|listdir|scandir|walk|glob)\(\s*[frb]?[\"'](/|\.\.|~)|\.\./|[\"']\.\.[\"']|__file__|\bgrading\b(?!\.judge import judge)",
      "reads paths outside the notebook's folder or the grader's files"),
