@@ -68,7 +68,7 @@ def test_plain_code_is_not_flagged():
 
 
 def test_a_helper_file_beside_the_notebook_is_named_in_the_report(tmp_path):
-    from grading.autograder.runner import helper_files
+    from grading.autograder.runner import handed_in_beside, helper_files
 
     from grading.autograder.suspicious import suspicious_helper_files
 
@@ -80,9 +80,9 @@ def test_a_helper_file_beside_the_notebook_is_named_in_the_report(tmp_path):
                                                       "handed in weights.pt beside the notebook"]
     assert "graded with the notebook's own" in lines[0] and "do not see this file" in lines[1]
     assert helper_files(str(tmp_path / "missing"), []) == []
-    found = suspicious_helper_files(str(tmp_path), ["lab01_tensor_parallel.ipynb"])
+    found = suspicious_helper_files(str(tmp_path), handed_in_beside(str(tmp_path), ["lab01_tensor_parallel.ipynb"]))
     assert found == ["look at my_layers.py, line 3: gc.get_objects (walks the interpreter's objects)"]
-    assert suspicious_helper_files(str(tmp_path / "missing"), []) == []
+    assert suspicious_helper_files(str(tmp_path / "missing"), handed_in_beside(str(tmp_path / "missing"), [])) == []
 
 
 ATTACKS = sorted(name[:-3] for name in os.listdir(os.path.join(REPO, "tests", "fixtures", "attacks")) if name.endswith(".py"))

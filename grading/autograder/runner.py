@@ -389,18 +389,23 @@ def _notable_errors(options: GradeOptions, student: str, notebooks: list) -> lis
 EXPECTED_FILES = ("timestamp.txt",)
 
 
-def helper_files(folder: str, notebooks: list) -> list:
-    """A report line per file handed in beside the lab's notebooks (a helper module, data). The code
-    the notebook imports from a ``.py`` file there travels to the hidden tests with the cells' code
-    (``judge.client.helper_modules``); anything else the notebook reads there is not on the ranks."""
+def handed_in_beside(folder: str, notebooks: list) -> list:
+    """Names of the files handed in beside the lab's notebooks in ``folder`` (a helper module, data),
+    sorted; none when the folder is missing."""
     if not os.path.isdir(folder):
         return []
-    extra = sorted(name for name in os.listdir(folder) if name not in notebooks and name not in EXPECTED_FILES
-                   and not name.startswith("."))
+    return sorted(name for name in os.listdir(folder) if name not in notebooks and name not in EXPECTED_FILES
+                  and not name.startswith("."))
+
+
+def helper_files(folder: str, notebooks: list) -> list:
+    """A report line per file handed in beside the lab's notebooks (``handed_in_beside``). The code
+    the notebook imports from a ``.py`` file there travels to the hidden tests with the cells' code
+    (``judge.client.helper_modules``); anything else the notebook reads there is not on the ranks."""
     return [f"handed in {name} beside the notebook: " + (
         "the code the notebook imports from it was graded with the notebook's own" if name.endswith(".py") else
         "the hidden tests do not see this file, so a graded part that reads it fails there; "
-        "put what it holds in the notebook") for name in extra]
+        "put what it holds in the notebook") for name in handed_in_beside(folder, notebooks)]
 
 
 def _write_verdict_files(options: GradeOptions, outcomes: dict, notices: dict) -> None:
@@ -463,7 +468,7 @@ def grade_class(options: GradeOptions, progress=None) -> ClassReport:
                 outcome.suspicious += suspicious_constructs(release, handed_in)
         folder = os.path.join(options.course_dir, "submitted", student, options.lab)
         helpers = helper_files(folder, notebooks)
-        outcome.suspicious += suspicious_helper_files(folder, notebooks)
+        outcome.suspicious += suspicious_helper_files(folder, handed_in_beside(folder, notebooks))
         outcome.errors = repairs.get(student, []) + _notable_errors(options, student, notebooks) + helpers
         notices[student] = repairs.get(student, []) + helpers
     _write_verdict_files(options, outcomes, notices)

@@ -70,13 +70,13 @@ def suspicious_constructs(release, submitted) -> list:
     return lines
 
 
-def suspicious_helper_files(folder: str, notebooks: list) -> list:
-    """Report lines for the ``.py`` files handed in beside the notebooks in ``folder`` (their code
-    runs in the kernel and, imported by a graded part, on the judge's ranks)."""
+def suspicious_helper_files(folder: str, names: list) -> list:
+    """Report lines for the ``.py`` files among ``names``, files handed in beside the notebooks in
+    ``folder`` (their code runs in the kernel and, imported by a graded part, on the judge's ranks)."""
     lines = []
-    for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else ():
+    for name in names:
         path = os.path.join(folder, name)
-        if name.endswith(".py") and name not in notebooks and os.path.isfile(path) and not os.path.islink(path):
+        if name.endswith(".py") and os.path.isfile(path) and not os.path.islink(path):
             with open(path, encoding="utf-8", errors="replace") as f:
                 lines += [f"look at {name}, line {number}: {text[:60]} ({what})"
                           for number, text, what in scan_source(f.read())]
