@@ -22,6 +22,8 @@ from grading.autograder.sandbox import (SandboxSpec, find_bwrap, judge_rank_wrap
 SHARED_HOG = ("import mmap\nregion = mmap.mmap(-1, 2**30, flags=mmap.MAP_SHARED)\n"
               "for offset in range(0, 2**30, 2**20):\n    region[offset:offset + 2**20] = bytes(2**20)\n"
               "print('survived')")
+#: The same with 2 GiB: past a 1.5 GiB cgroup on its own, whatever the other ranks hold meanwhile.
+RANK_HOG = SHARED_HOG.replace("2**30", "2 * 2**30")
 
 
 @pytest.fixture
@@ -117,7 +119,7 @@ def test_the_judges_ranks_run_in_the_cgroup_and_a_hog_among_them_is_killed(tmp_p
             return open("/proc/self/cgroup").read()
 
         def hog():
-            exec({SHARED_HOG!r})
+            exec({RANK_HOG!r})
 
         print(all({os.path.basename(made.folder)!r} in text for text in labutils.launch(in_cgroup, 2, backend="gloo")))
         from grading.judge.perrank import launch_each
