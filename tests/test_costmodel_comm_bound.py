@@ -12,23 +12,34 @@ NVLINK4 = 450e9             # B/s per direction
 IB_NDR = 50e9               # B/s per direction (400 Gb/s)
 
 
-def test_dp_crossover_is_two_thirds_of_the_flop_to_byte_ratio():
-    # 6 N D / P = 2 (d-1)/d x 2N / BW  =>  D* = (2/3)(d-1)/d x P / BW; d = 8 over NDR: 2/3 x 7/8 x 19780
+def test_dp_crossover_is_the_flop_to_byte_ratio_against_the_backward_only():
+    # the gradients exist only in the backward (4N FLOP per token): 4 N D / P = 2 (d-1)/d x 2N / BW
+    # =>  D* = (d-1)/d x P / BW; d = 8 over NDR: 7/8 x 19780 = 17307.5 (not two thirds of it)
     costs = cm.dp_step_costs(7e9, 8)
-    assert cm.crossover_tokens(costs, H100_BF16, 0.0, 1 / IB_NDR) == pytest.approx(11538.33, rel=1e-5)
-    assert cm.crossover_tokens(costs, H100_BF16, 0.0, 1 / NVLINK4) == pytest.approx(1282.04, rel=1e-5)
+    assert cm.crossover_tokens(costs, H100_BF16, 0.0, 1 / IB_NDR) == pytest.approx(17307.5, rel=1e-5)
+    assert cm.crossover_tokens(costs, H100_BF16, 0.0, 1 / NVLINK4) == pytest.approx(1923.06, rel=1e-5)
+    assert costs.compute_s(1000, H100_BF16) == pytest.approx(6 * 7e9 * 1000 / H100_BF16)   # the step: 6N
+    assert costs.overlap_s(1000, H100_BF16) == pytest.approx(4 * 7e9 * 1000 / H100_BF16)   # beside the comm: 4N
+
+
+def test_dp_and_fsdp_share_one_bound():
+    # FSDP moves 1.5x DP's bytes beside the whole step (forward gather beside the forward): the same D*
+    for degree in (2, 8, 64):
+        dp, fsdp = cm.dp_step_costs(1e9, degree), cm.fsdp_step_costs(1e9, degree, layers=4)
+        assert cm.crossover_tokens(dp, H100_BF16, 0.0, 1 / IB_NDR) == pytest.approx(
+            cm.crossover_tokens(fsdp, H100_BF16, 0.0, 1 / IB_NDR))
 
 
 def test_dp_latency_adds_its_messages_to_the_crossover():
-    # ring all-reduce on 4 ranks: 2(p-1) = 6 messages; N = 1e9, P = 1e12, alpha = 1 ms, beta = 0:
-    # 6e9 D / 1e12 = 6e-3 s  =>  D* = 1 token
-    assert cm.crossover_tokens(cm.dp_step_costs(1e9, 4), 1e12, 1e-3, 0.0) == pytest.approx(1.0)
+    # ring all-reduce on 4 ranks: 2(n-1) = 6 messages; N = 1e9, P = 1e12, alpha = 1 ms, beta = 0:
+    # backward 4e9 D / 1e12 = 6e-3 s  =>  D* = 1.5 tokens
+    assert cm.crossover_tokens(cm.dp_step_costs(1e9, 4), 1e12, 1e-3, 0.0) == pytest.approx(1.5)
 
 
 def test_fsdp_moves_one_and_a_half_times_dp():
     dp, fsdp = cm.dp_step_costs(1e9, 16), cm.fsdp_step_costs(1e9, 16, layers=4)
     assert fsdp.bytes_per_step == pytest.approx(1.5 * dp.bytes_per_step)
-    assert fsdp.messages_per_step == 4 * 3 * 15                 # 3 collectives per layer, p-1 steps each
+    assert fsdp.messages_per_step == 4 * 3 * 15                 # 3 collectives per layer, n-1 steps each
     # D* = (d-1)/d x P / BW = 15/16 x 19780 = 18543.75
     assert cm.crossover_tokens(fsdp, H100_BF16, 0.0, 1 / IB_NDR) == pytest.approx(18543.75, rel=1e-6)
 
@@ -72,8 +83,10 @@ def test_crossover_curve_marks_where_the_lines_meet():
     curve = cm.crossover_curve(costs, [10, 100, 1000], 1e13, links)
     for label, (alpha, beta) in links.items():
         d_star = curve.crossover[label]
-        assert costs.comm_s(d_star, alpha, beta) == pytest.approx(costs.compute_s(d_star, 1e13))
-    assert curve.compute_s == tuple(costs.compute_s(t, 1e13) for t in (10, 100, 1000))
+        assert costs.comm_s(d_star, alpha, beta) == pytest.approx(costs.overlap_s(d_star, 1e13))
+    assert curve.compute_s == tuple(costs.overlap_s(t, 1e13) for t in (10, 100, 1000))
+    assert curve.compute_label == "backward compute"
+    assert cm.crossover_curve(cm.fsdp_step_costs(1e9, 8), [10, 100], 1e13, links).compute_label == "compute"
 
 
 def test_bad_inputs_are_named():
@@ -98,7 +111,7 @@ def test_comm_vs_compute_figure_marks_the_crossover():
     fig = plots.comm_vs_compute(curves, title="t", columns=2)
     dp_ax = fig.axes[0]
     assert [line.get_label() for line in dp_ax.get_lines()][:2] == [
-        "compute", f"comm, fast: D* = {curves[0].crossover['fast']:.2g} tokens"]
+        "backward compute", f"comm, fast: D_GPU* = {curves[0].crossover['fast']:.2g} tokens"]
     assert any("always comm-bound" in line.get_label() or "never comm-bound" in line.get_label()
                for line in fig.axes[1].get_lines())
     with pytest.raises(ValueError, match="two token counts"):

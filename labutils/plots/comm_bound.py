@@ -21,12 +21,12 @@ def _crossover_text(tokens: float) -> str:
         return "never comm-bound"
     if math.isinf(tokens):
         return "always comm-bound"
-    return f"D* = {tokens:,.0f} tokens" if tokens >= 100 else f"D* = {tokens:.2g} tokens"
+    return f"D_GPU* = {tokens:,.0f} tokens" if tokens >= 100 else f"D_GPU* = {tokens:.2g} tokens"
 
 
 def _draw_curve(ax, curve) -> None:
     tokens = list(curve.tokens)
-    ax.plot(tokens, list(curve.compute_s), color="black", linewidth=2.2, label="compute")
+    ax.plot(tokens, list(curve.compute_s), color="black", linewidth=2.2, label=curve.compute_label)
     for index, (label, seconds) in enumerate(curve.comm_s.items()):
         color = f"C{index}"
         crossover = curve.crossover[label]
@@ -38,7 +38,7 @@ def _draw_curve(ax, curve) -> None:
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_title(f"{curve.strategy}: comm-bound when {curve.condition}", fontsize=9)
-    ax.set_xlabel("tokens D on one GPU")
+    ax.set_xlabel("tokens D_GPU on one GPU per step")
     ax.set_ylabel("seconds per step")
     ax.grid(True, which="major", alpha=0.3)
     ax.legend(fontsize=7, loc="upper left")
@@ -47,8 +47,9 @@ def _draw_curve(ax, curve) -> None:
 def comm_vs_compute(curves: Sequence, title: str = "", columns: int = 3) -> Figure:
     """One panel per strategy: compute seconds and, per link, communication seconds against tokens.
 
-    ``curves``: ``labutils.costmodel.CrossoverCurve`` objects (tokens on one GPU, compute and
-    communication seconds, crossover D* per link). Log-log axes; a dot and a dotted
+    ``curves``: ``labutils.costmodel.CrossoverCurve`` objects (tokens on one GPU per step, the
+    seconds of the compute the communication runs beside and of the communication, crossover
+    D_GPU* per link). Log-log axes; a dot and a dotted
     vertical line mark each crossover inside the range; the legend gives D*, or says the
     strategy is never / always communication-bound at that link (the tokens cancel).
     """
