@@ -247,14 +247,17 @@ def _check_dims(**dims) -> None:
             raise ValueError(f"{name} must be a whole number >= 1, got {value!r}")
 
 
-def gemm(M: int, N: int, K: int, dtype="bf16") -> OpCost:
-    """C[M,N] = A[M,K] @ B[K,N]: 2MNK FLOPs, (MK + KN + MN) elements moved.
+def gemm(M: int, N: int, K: int, dtype="bf16", out_dtype=None) -> OpCost:
+    """C[M,N] = A[M,K] @ B[K,N]: 2MNK FLOPs, (MK + KN) elements of ``dtype`` and MN of ``out_dtype`` moved.
 
-    A square N x N x N GEMM in a 2-byte type has intensity 2N^3 / (2 x 3N^2) = N/3 FLOP/B.
+    A square N x N x N GEMM in a 2-byte type has intensity 2N^3 / (2 x 3N^2) = N/3 FLOP/B;
+    FP8 inputs with a BF16 output (``torch._scaled_mm``'s usual ``out_dtype``) give
+    2N^3 / (N^2 + N^2 + 2N^2) = N/2. ``out_dtype`` defaults to ``dtype``.
     """
     _check_dims(M=M, N=N, K=K)
-    size = dtype_bytes(dtype)
-    return OpCost(f"gemm {M}x{N}x{K} {canonical_dtype(dtype)}", 2.0 * M * N * K, float(M * K + K * N + M * N) * size)
+    size, out_size = dtype_bytes(dtype), dtype_bytes(dtype if out_dtype is None else out_dtype)
+    name = canonical_dtype(dtype) + ("" if out_dtype is None else f"->{canonical_dtype(out_dtype)}")
+    return OpCost(f"gemm {M}x{N}x{K} {name}", 2.0 * M * N * K, float(M * K + K * N) * size + float(M * N) * out_size)
 
 
 def elementwise(n: int, dtype="bf16", reads: int = 2, writes: int = 1, flops_per_element: float = 1) -> OpCost:

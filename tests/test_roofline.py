@@ -48,6 +48,20 @@ def test_square_gemm_intensity_is_n_over_3_in_two_byte_types(n):
     assert rf.gemm(n, n, n, "fp32").intensity == pytest.approx(n / 6)
 
 
+@pytest.mark.parametrize("n", [256, 1024, 8192])
+def test_fp8_gemm_with_a_bf16_output_has_intensity_n_over_2(n):
+    assert rf.gemm(n, n, n, "fp8", out_dtype="bf16").intensity == pytest.approx(n / 2)
+    assert rf.gemm(n, n, n, "fp8").intensity == pytest.approx(2 * n / 3)     # FP8 written out too
+
+
+def test_fp8_ridge_doubles_so_mid_sized_square_gemms_turn_memory_bound():
+    h100 = rf.DEVICES["h100"]
+    assert rf.ridge_point(h100, "bf16") == pytest.approx(295, abs=1)
+    assert rf.ridge_point(h100, "fp8") == pytest.approx(591, abs=1)
+    bf16, fp8 = rf.gemm(1024, 1024, 1024, "bf16"), rf.gemm(1024, 1024, 1024, "fp8", out_dtype="bf16")
+    assert bf16.intensity > rf.ridge_point(h100, "bf16") and fp8.intensity < rf.ridge_point(h100, "fp8")
+
+
 def test_gemm_counts():
     op = rf.gemm(2, 3, 4, "fp32")
     assert op.flops == 48 and op.bytes == (8 + 12 + 6) * 4
