@@ -10,7 +10,12 @@ left, the prose, for
   ``Psi`` or ``alpha`` spelled out, ``a <= b``, ``N = 64``, ``W_r``, ``2N`` ...;
 - a symbol of the table used for another quantity (:data:`SYMBOL_CLASH`): ``p ranks`` (the
   course writes $n$ ranks in a collective, $d,t,p,e$ for the degrees), ``N GPUs`` ($N$ is the
-  parameter count), ``t seconds`` ($T$), ``n bytes`` ($S$) ...
+  parameter count), ``t seconds`` ($T$), ``n bytes`` ($S$), a bias $b$ ($b$ is the microbatch
+  size; a bias is $\\mathbf{b}$) ...
+
+A lab's students read its diagrams as closely as its prose: in the labs (``solutions/`` and
+``labs/``) a fenced block without a language, a diagram, may name things (``W_0``, ``c2``) but
+hold no formula (:func:`diagram_formulas`): the formula goes in LaTeX beside it.
 
 The detectors are tested on positive and negative examples first, so the notebook tests
 cannot pass because the detector finds nothing at all. A notebook listed in :data:`PENDING`
@@ -93,8 +98,13 @@ SYMBOL_CLASH = (
     ("s, k or t", "the sequence length, experts per token, tensor-parallel degree (not an index)",
      re.compile(r"(?<![\w.])(?:stage|step)\s+\$?[skt]\$?(?![\w'’])")),
 )
+_BIAS = re.compile(r"\+\s*b(?:_\{?[\w,]+\}?)?\s*(?=\$|\\[,;]|\))|\\,b\$|\bbias(?:es)?\s+(?:slice\s+)?\$b\b"
+                   r"|\bslice \$b_")
+SYMBOL_CLASH += (("b", "the microbatch size in sequences (write a bias $\\mathbf{b}$)", _BIAS),)
 #: Symbols that a cell may use for its own quantity when it speaks of what the word names.
 CLASH_CONTEXT = {"p": re.compile(r"pipeline|stage", re.IGNORECASE)}
+#: Symbols whose clash pattern counts only in a cell that speaks of what the clash would name.
+CLASH_ONLY_WITH = {"b": re.compile(r"\bbias", re.IGNORECASE)}
 
 
 def _blank(match: re.Match) -> str:
@@ -114,6 +124,21 @@ def prose(markdown: str) -> str:
     return _INLINE_MATH.sub(_blank, _DISPLAY_MATH.sub(_blank, without_code(markdown)))
 
 
+_DIAGRAM = re.compile(r"^[ \t]*(```|~~~)[ \t]*\n(.*?)^[ \t]*\1[ \t]*$", re.MULTILINE | re.DOTALL)
+#: What a diagram may not hold: every plain formula but a subscripted name (a label such as W_0).
+DIAGRAM_FORMULA = tuple((name, pattern) for name, pattern in PLAIN_FORMULA if name != "subscript")
+
+
+def diagram_formulas(markdown: str) -> list[tuple[str, str]]:
+    """(kind, line) for each plain-text formula inside a fenced block without a language (a diagram)."""
+    hits = []
+    for block in _DIAGRAM.finditer(markdown):
+        for line in block.group(2).splitlines():
+            rest = _UNIT_SLASH.sub(_blank, line)
+            hits += [(f"{name} in a diagram", line.strip()) for name, pattern in DIAGRAM_FORMULA if pattern.search(rest)]
+    return hits
+
+
 def plain_formulas(markdown: str) -> list[tuple[str, str]]:
     """(kind, line) for each plain-text formula in the prose of ``markdown``."""
     hits = []
@@ -131,7 +156,9 @@ def symbol_clashes(markdown: str) -> list[tuple[str, str]]:
     lines = markdown.splitlines()
     for number, line in enumerate(without_code(markdown).splitlines()):
         for symbol, meaning, pattern in SYMBOL_CLASH:
-            context = CLASH_CONTEXT.get(symbol)
+            context, required = CLASH_CONTEXT.get(symbol), CLASH_ONLY_WITH.get(symbol)
+            if required and not required.search(markdown):
+                continue
             if pattern.search(line) and not (context and context.search(markdown)):
                 hits.append((f"{symbol} is reserved for {meaning}", lines[number].strip()))
     return hits
@@ -154,12 +181,14 @@ def notebook_hits(path: Path) -> list[Hit]:
     """The plain formulas and symbol clashes of every markdown cell of the notebook at ``path``."""
     cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
     name = str(path.relative_to(ROOT))
+    lab = path.relative_to(ROOT).parts[0] in ("solutions", "labs")
     hits = []
     for index, cell in enumerate(cells):
         if cell["cell_type"] != "markdown":
             continue
         source = "".join(cell["source"])
-        hits += [Hit(name, index, kind, line) for kind, line in plain_formulas(source) + symbol_clashes(source)]
+        found = plain_formulas(source) + symbol_clashes(source) + (diagram_formulas(source) if lab else [])
+        hits += [Hit(name, index, kind, line) for kind, line in found]
     return hits
 
 
@@ -225,10 +254,14 @@ PROSE = [
 
 CLASHES = ["on p ranks the ring", "with N GPUs the model", "N ranks in all", "took t seconds",
            "a message of n bytes", "on $N$ GPUs", "with $p$ ranks", "stage s holds", "after k steps",
-           "stage $k$ runs at most $p - k$ forwards", "for step t = 1, 2"]
+           "stage $k$ runs at most $p - k$ forwards", "for step t = 1, 2",
+           "a dense layer computes $Y = XW^\\top + b$ with a bias", "and the same slice $b_r$ of the bias",
+           "$\\mathrm{GeLU}(X W_1^\\top + b_1)\\, W_2^\\top + b_2$ and its biases", "the bias: off by $(t-1)\\,b$"]
 NOT_CLASHES = ["on $n$ ranks the ring", "the $p$ stages, one per rank", "$N$ parameters and $d$ ranks",
                "took $T$ seconds", "a message of $S$ bytes", "the `n` ranks of `group`", "stage $r$ holds", "step $j$ of the ring",
-               "moves $S \\log_2 n$ bytes", "$p$ GPUs, one pipeline stage each"]
+               "moves $S \\log_2 n$ bytes", "$p$ GPUs, one pipeline stage each",
+               "$Y = XW^\\top + \\mathbf{b}$ and the bias slice $\\mathbf{b}_r$",
+               "$b \\times s \\times h$ values", "$c = a + b$ adds two vectors"]
 
 
 @pytest.mark.parametrize("text", FORMULAS)
@@ -251,6 +284,31 @@ def test_detector_passes_the_table_symbols(text):
     assert symbol_clashes(text) == []
 
 
+DIAGRAMS_WITH_FORMULAS = [
+    "```\nrank 0  │ W_0 (out/t) │  ->  Y_0 = X W_0^T + b_0\n```",
+    "```\nstep j (j = 0 .. n-2):  rank r sends chunk (r - j - 1) mod n\n```",
+    "```\nstage 0 ──► stage 1 ──► ... ──► stage p-1: loss\n```",
+    "```\np = 4, m = 6       warm-up\n```",
+    "```\n    X enters through f: dX = Σ_r dY_r W_r\n```",
+]
+DIAGRAMS_WITHOUT = [
+    "```\n    rank 0  │     W_0     │  ──►  Y_0, the first block of features\n```",
+    "```\n  step 0    sends c2        sends c0\n            gets  c1 += .   gets  c2 += .\n```",
+    "```\n4 stages, 6 microbatches   warm-up   steady (1F1B)\nstage 0:   F0 F1 F2   F3 B0 F4 B1\n```",
+    "```python\nx = 2 * (n - 1) / n\n```",
+]
+
+
+@pytest.mark.parametrize("text", DIAGRAMS_WITH_FORMULAS)
+def test_detector_flags_a_formula_in_a_diagram(text):
+    assert diagram_formulas(text), f"no formula found in {text!r}"
+
+
+@pytest.mark.parametrize("text", DIAGRAMS_WITHOUT)
+def test_detector_passes_labels_in_a_diagram_and_code_blocks(text):
+    assert diagram_formulas(text) == []
+
+
 def test_prose_blanks_code_and_maths_but_keeps_lines():
     text = "a `x*y` b $x^2$ c\n```\nz = 2(n-1)/n\n```\n$$\nS/T\n$$\nd"
     stripped = prose(text)
@@ -269,6 +327,8 @@ def test_every_notebook_is_read():
 #: Notebooks that still hold the plain formulas named here. Each one must still fail (strict
 #: xfail): once it is converted, its entry goes.
 PENDING = {
+    "solutions/lab04_zero/lab04_zero.ipynb": "a diagram's N = 11, d = 4",
+    "labs/lab04_zero/lab04_zero.ipynb": "a diagram's N = 11, d = 4",
 }
 
 
