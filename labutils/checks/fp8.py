@@ -22,8 +22,8 @@ def e4m3_scale(answer) -> None:
     e4m3, e5m2 = fp8.FORMATS["e4m3"], fp8.FORMATS["e5m2"]
     expected = fp8.amax_scale(AMAX, "e4m3")
     print(number_problem(answer) or first_match(answer, [
-        (expected, f"correct: s = max_normal / amax = {e4m3.max_normal:g} / {AMAX:g} = {expected:g}"),
+        (expected, f"correct: scale = max_normal / amax = {e4m3.max_normal:g} / {AMAX:g} = {expected:g}"),
         (1 / expected, "that is the dequantisation factor 1/s; the scale multiplies x before the cast"),
         (fp8.amax_scale(AMAX, "e5m2"), f"{e5m2.max_normal:g} is E5M2's largest normal; E4M3's is {e4m3.max_normal:g}"),
         (E4M3_IEEE_MAX / AMAX, "240 belongs to an IEEE-style E4M3 with infinities; the OCP E4M3 reaches 448"),
-    ], f"not {answer}: s = max_normal / amax, with E4M3's max_normal from fp8.FORMATS", rel_tol=0.01))
+    ], f"not {answer}: scale = max_normal / amax, with E4M3's max_normal from fp8.FORMATS", rel_tol=0.01))
