@@ -21,6 +21,11 @@ magnitude ``amax`` at the top of the format (NVIDIA Transformer Engine,
 **delayed** scaling takes the largest ``amax`` of the last ``amax_history_len`` steps, so the
 scale is known before the tensor exists, and a sudden larger value saturates.
 Casting here saturates: values beyond ``max_normal`` become ``+-max_normal``.
+
+This module scales per tensor, the simplest recipe. Block scaling gives each block of values
+its own scale: MXFP8 (OCP Microscaling Formats (MX) Specification v1.0) shares one E8M0
+(power-of-two) scale among 32 consecutive values, natively on Blackwell; DeepSeek-V3
+(arXiv:2412.19437) scales 1 x 128 activation tiles and 128 x 128 weight blocks.
 """
 from __future__ import annotations
 
@@ -183,7 +188,9 @@ def accumulation_error(parts: list[torch.Tensor], storage: str) -> float:
     """Relative error of summing ``parts`` in turn (as a ring reduce does) with every partial
     sum stored in ``storage``: "fp32", "bf16", or an FP8 format with a per-tensor current scale.
 
-    Against the float64 sum; relative RMS error. Shows why gradients are reduced in BF16/FP32.
+    Against the float64 sum; relative RMS error. Shows why gradients are usually reduced in
+    BF16/FP32, and what an FP8 reduction must manage (FP8-LM, arXiv:2310.18313, does it with one
+    scale shared by the ranks).
     """
     if len(parts) < 2:
         raise ValueError("pass at least two tensors to sum")
