@@ -30,4 +30,4 @@ def tp_min_hidden(answer) -> None:
         (2 / 9 * TP_SIZE * peak / link.per_direction_Bps,
          "a ring all-reduce on t ranks sends 2(t-1)/t of the buffer per rank: the factor is t-1, not t"),
         (2 * expected, "that is the 2:4-sparse peak; use the dense one"),
-    ], f"not {answer}: equate 72 h^2 D/(t P) with 4 x 2(t-1)/t x 2Dh / BW and solve for h", rel_tol=0.02))
+    ], f"not {answer}: equate 72 h^2 D_GPU/(t P) with 4 x 2(t-1)/t x 2 D_GPU h / BW and solve for h", rel_tol=0.02))
