@@ -100,6 +100,12 @@ SYMBOL_CLASH = (
 )
 _BIAS = re.compile(r"\+\s*b(?:_\{?[\w,]+\}?)?\s*(?=\$|\\[,;]|\))|\\,b\$|\bbias(?:es)?\s+(?:slice\s+)?\$b\b"
                    r"|\bslice \$b_")
+SYMBOL_CLASH += (
+    ("m", "microbatches per step", re.compile(rf"{_symbol('m')}\s+(?:message latenc\w*|latenc\w*)\b")),
+    ("D", "a whole run's training tokens (per GPU and step is another quantity)", re.compile(
+        rf"{_symbol('D')}\s+tokens\s+(?:per|on)\s+(?:one\s+|each\s+)?(?:GPU|device|rank)"
+        rf"|tokens\s+(?:per|on one)\s+(?:GPU|device|rank)(?:\s+per\s+step)?,?\s+\(?{_symbol('D')}(?![\w_])")),
+)
 SYMBOL_CLASH += (("b", "the microbatch size in sequences (write a bias $\\mathbf{b}$)", _BIAS),)
 #: Symbols that a cell may use for its own quantity when it speaks of what the word names.
 CLASH_CONTEXT = {"p": re.compile(r"pipeline|stage", re.IGNORECASE)}
@@ -255,13 +261,16 @@ PROSE = [
 CLASHES = ["on p ranks the ring", "with N GPUs the model", "N ranks in all", "took t seconds",
            "a message of n bytes", "on $N$ GPUs", "with $p$ ranks", "stage s holds", "after k steps",
            "stage $k$ runs at most $p - k$ forwards", "for step t = 1, 2",
+           "pays $m$ message latencies per step", "with $D$ tokens per GPU", "the tokens per GPU per step $D$",
            "a dense layer computes $Y = XW^\\top + b$ with a bias", "and the same slice $b_r$ of the bias",
            "$\\mathrm{GeLU}(X W_1^\\top + b_1)\\, W_2^\\top + b_2$ and its biases", "the bias: off by $(t-1)\\,b$"]
 NOT_CLASHES = ["on $n$ ranks the ring", "the $p$ stages, one per rank", "$N$ parameters and $d$ ranks",
                "took $T$ seconds", "a message of $S$ bytes", "the `n` ranks of `group`", "stage $r$ holds", "step $j$ of the ring",
                "moves $S \\log_2 n$ bytes", "$p$ GPUs, one pipeline stage each",
                "$Y = XW^\\top + \\mathbf{b}$ and the bias slice $\\mathbf{b}_r$",
-               "$b \\times s \\times h$ values", "$c = a + b$ adds two vectors"]
+               "$b \\times s \\times h$ values", "$c = a + b$ adds two vectors",
+               "pays $M$ message latencies", "$m$ microbatches per step", "$D_\\text{GPU}$ tokens per GPU",
+               "$D$ training tokens"]
 
 
 @pytest.mark.parametrize("text", FORMULAS)
