@@ -9,6 +9,8 @@ import pytest
 
 from proctree import describe, descendants, wait_until_gone
 
+pytest_plugins = ["time_by_group"]
+
 
 @pytest.fixture
 def no_leftover_processes():
