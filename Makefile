@@ -22,8 +22,11 @@ $(STAMP): pyproject.toml
 	@command -v bwrap >/dev/null || { if command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ]; then apt-get install -y -q bubblewrap; else echo "course grade needs bubblewrap: sudo apt-get install bubblewrap"; fi; }
 	touch $@
 
+# Tests run on TEST_WORKERS parallel workers (most wait on ranks and kernels in subprocesses);
+# each file, the chapters' QUICK run and the hub's tests stay whole on one worker.
+TEST_WORKERS ?= 2
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
 
 nightly: $(STAMP)
 	$(BIN)/course nightly $(NIGHTLY_ARGS)

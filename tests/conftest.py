@@ -9,6 +9,27 @@ import pytest
 
 from proctree import describe, descendants, wait_until_gone
 
+pytest_plugins = ["time_by_group"]
+
+def parallel_group(item) -> str:
+    """The parallel worker group of a test: the tests of one file share their module's fixtures;
+    every test that reads the chapters' QUICK run shares that one run, and the browser tests share
+    one Chromium with the website's test; the hub's tests share its environment and accounts. Each
+    group runs whole on one worker, so its fixtures are built once."""
+    folder = Path(str(item.path)).resolve().relative_to(Path(__file__).resolve().parent)
+    if "quick_chapter_run" in item.fixturenames or folder.parts[0] == "browser":
+        return "chapters"
+    if folder.parts[0] == "hub":
+        return "hub"
+    return folder.as_posix()
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under parallel workers (``pytest -n N --dist loadgroup``), keep each group on one worker."""
+    if config.pluginmanager.hasplugin("xdist"):
+        for item in items:
+            item.add_marker(pytest.mark.xdist_group(parallel_group(item)))
+
 
 @pytest.fixture
 def no_leftover_processes():
