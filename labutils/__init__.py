@@ -11,7 +11,7 @@ Run code on N ranks from a notebook cell::
 Importing labutils is cheap: torch is imported by the ranks, and by the kernel only when
 a module that needs it (bench, costmodel, ...) is imported. In IPython (a notebook's kernel)
 importing labutils also starts the rank template in the background: it imports torch while
-the notebook goes on, so the first launch finds it ready.
+the notebook goes on, so the first launch finds it ready (``LABUTILS_PRESTART=0``: it does not).
 """
 import sys as _sys
 

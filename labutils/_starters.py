@@ -278,13 +278,19 @@ def start_method() -> str:
     return method
 
 
+#: Environment variable: "0" keeps ``import labutils`` in IPython from starting the rank template
+#: early (a kernel that never launches then holds no torch-importing process). Unset: it starts.
+PRESTART_ENV = "LABUTILS_PRESTART"
+
+
 def prestart() -> None:
     """Start the rank template now and return at once: it imports torch in the background, so a
-    first launch made meanwhile or later finds it ready. Nothing when one exists or ranks start
-    as fresh interpreters; a template that cannot start is left for the first launch to report."""
+    first launch made meanwhile or later finds it ready. Nothing when one exists, when ranks start
+    as fresh interpreters or ``$LABUTILS_PRESTART`` is "0"; a template that cannot start is left
+    for the first launch to report."""
     global _starter
     with _starter_lock:
-        if _starter is not None or start_method() != "template":
+        if _starter is not None or start_method() != "template" or os.environ.get(PRESTART_ENV) == "0":
             return
         try:
             _starter = TemplateStarter()

@@ -588,8 +588,15 @@ def test_importing_labutils_in_ipython_starts_the_template_the_first_launch_uses
     assert out.split()[-3:] == ["TemplateStarter", "True", "True"]
 
 
-def test_importing_labutils_outside_ipython_starts_nothing():
+def test_importing_labutils_outside_ipython_or_with_prestart_off_starts_nothing():
     out = _run_fresh("import labutils; from labutils import _starters; print(_starters.current_starter())")
+    assert out.split() == ["None"]
+    out = _run_fresh("""
+        from IPython.core.interactiveshell import InteractiveShell
+        InteractiveShell.instance()
+        import labutils
+        print(labutils._starters.current_starter())
+    """, LABUTILS_PRESTART="0")
     assert out.split() == ["None"]
 
 
