@@ -172,7 +172,9 @@ def print_breakdown(n: int, result: dict) -> None:
     """Where the first launch's time goes: each event's median time since the process started,
     and the step from the event before it."""
     print(f"# first launch on {n} ranks, medians: floor (fresh process to import torch, "
-          f"torch.distributed) {result['floor']:.3f} s")
+          f"torch.distributed) {result['floor']:.3f} s; labutils {result['first']:.3f} s "
+          f"(floor + {result['first'] - result['floor']:.3f} s); spawn {fmt_s(result['spawn'])} "
+          f"(spawn/labutils {ratio(result['spawn'], result['first'])})")
     previous = 0.0
     described = dict(FIRST_LAUNCH_EVENTS)
     for event, at in sorted(result["events"].items(), key=lambda item: item[1]):

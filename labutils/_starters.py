@@ -141,11 +141,16 @@ class TemplateStarter(_ExitBook):
             self._book(self._reader.feed(data))
 
     def _book(self, messages) -> None:
+        """File exit reports by pid, in the order they came; a pid that ``Spawned`` names again is a
+        new rank (pids are reused once the system has gone round them): its old report goes."""
         for message in messages:
             if type(message) is RankExited:
                 self.statuses[message.pid] = (message.exitcode, message.signal)
-            else:
-                self._pending.append(message)
+                continue
+            if type(message) is Spawned:
+                for pid in message.pids:
+                    self.statuses.pop(pid, None)
+            self._pending.append(message)
 
     def spawn(self, specs: list[dict]) -> list[int]:
         self.wait_ready()
@@ -233,6 +238,7 @@ class SpawnStarter(_ExitBook):
             )
             process.stdin.write(pickle.dumps(dict(spec, parent_pid=os.getpid())))
             process.stdin.close()
+            self.statuses.pop(process.pid, None)  # an earlier rank's, if the system reused its pid
             self._processes[process.pid] = process
             threading.Thread(target=self._watch, args=(process,), daemon=True).start()
             pids.append(process.pid)

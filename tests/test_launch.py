@@ -633,3 +633,15 @@ def test_stopping_a_template_still_importing_torch_leaves_no_process():
     _starters.close_starter()
     assert not starter.alive()
     assert not wait_until_gone(descendants(), timeout_s=5.0)
+
+
+def test_a_pid_the_system_reuses_for_a_new_rank_does_not_carry_the_old_ranks_exit():
+    from labutils import _starters
+    from labutils.messages import RankExited, Spawned
+
+    starter = _starters.TemplateStarter.__new__(_starters.TemplateStarter)
+    starter.statuses, starter._pending = {}, []
+    starter._book([RankExited(5, 0, None), RankExited(6, 1, None), Spawned([5, 7])])
+    assert starter.exit_status(5) is None and starter.exit_status(6) == (1, None)
+    starter._book([Spawned([8]), RankExited(8, None, 9)])  # a new rank that died at once
+    assert starter.exit_status(8) == (None, 9)
