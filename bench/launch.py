@@ -21,6 +21,26 @@ a subprocess so this process is never forked) and ipyparallel (warm engines with
 Targets: first launch <= floor + 0.5 s at every rank count, never slower than spawn at 2
 ranks and >= 1.5x ahead of it at 4 and 8; at 4 ranks later launch <= 0.2 s, warm call
 p50 <= 3 ms and p99 <= 20 ms.
+
+Measured 2026-11-27 with ``python bench/launch.py --repeats 3 --calls 100`` on 2 cores shared
+with other jobs (load average 25-39: every figure is several times a quiet machine's and only
+the side-by-side medians mean anything; ``make bench`` on a quiet machine gives the figures to
+quote). Medians of 3, interleaved:
+
+    ranks  floor    labutils first launch     spawn     spawn/labutils
+    2      9.86 s   9.67 s (floor - 0.19 s)   26.34 s   2.7x
+    4      6.91 s   7.73 s (floor + 0.82 s)   41.45 s   5.4x
+    8      9.00 s   6.12 s (floor - 2.88 s)   62.09 s   10.1x
+
+Where the time goes (4 ranks, same run): process up 0.13 s, labutils imported +0.35 s, template
+up +0.59 s, template imported torch +6.10 s, ranks forked +0.22 s, connected +0.05 s, process
+group ready +0.04 s, call done +0.02 s, launch returned (results read, ranks stopped) +0.24 s:
+all but the template's own start and torch import is under 0.6 s even under this load.
+Before, the template's hello carried ``torch.__version__`` (torch's own version type), so
+unpickling it made the caller import torch too, after the template had: the ranks were forked
+one whole torch import late (2 ranks, interleaved, load average 17: floor 5.77 s, first launch
+8.90 s before and 3.97 s after; ``make bench`` before it, on a quieter machine that day, had the
+first launch 1.4-1.7 s above the floor at 2, 4 and 8 ranks and half as fast as spawn at 2).
 """
 from __future__ import annotations
 
@@ -173,7 +193,7 @@ def print_breakdown(n: int, result: dict) -> None:
     and the step from the event before it."""
     print(f"# first launch on {n} ranks, medians: floor (fresh process to import torch, "
           f"torch.distributed) {result['floor']:.3f} s; labutils {result['first']:.3f} s "
-          f"(floor + {result['first'] - result['floor']:.3f} s); spawn {fmt_s(result['spawn'])} "
+          f"(floor {result['first'] - result['floor']:+.3f} s); spawn {fmt_s(result['spawn'])} "
           f"(spawn/labutils {ratio(result['spawn'], result['first'])})")
     previous = 0.0
     described = dict(FIRST_LAUNCH_EVENTS)
