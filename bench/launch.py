@@ -36,6 +36,9 @@ Where the time goes (4 ranks, same run): process up 0.13 s, labutils imported +0
 up +0.59 s, template imported torch +6.10 s, ranks forked +0.22 s, connected +0.05 s, process
 group ready +0.04 s, call done +0.02 s, launch returned (results read, ranks stopped) +0.24 s:
 all but the template's own start and torch import is under 0.6 s even under this load.
+Same run, later launch 0.32 / 0.54 / 0.33 s (notebook_launcher 0.31 / 1.23 / 0.61 s) and
+Pool.run p50 1.54 / 0.91 / 1.51 ms, p99 11.9 / 4.6 / 8.5 ms (ipyparallel p50 21 / 37 / 60 ms)
+at 2 / 4 / 8 ranks.
 Before, the template's hello carried ``torch.__version__`` (torch's own version type), so
 unpickling it made the caller import torch too, after the template had: the ranks were forked
 one whole torch import late (2 ranks, interleaved, load average 17: floor 5.77 s, first launch
