@@ -9,8 +9,24 @@ Run code on N ranks from a notebook cell::
     %load_ext labutils                          # then a cell starting with %%distributed -n 4
 
 Importing labutils is cheap: torch is imported by the ranks, and by the kernel only when
-a module that needs it (bench, costmodel, ...) is imported.
+a module that needs it (bench, costmodel, ...) is imported. In IPython (a notebook's kernel)
+importing labutils also starts the rank template in the background: it imports torch while
+the notebook goes on, so the first launch finds it ready (``LABUTILS_PRESTART=0``: it does not).
 """
+import sys as _sys
+
+from labutils import _starters
+
+
+def _in_ipython() -> bool:
+    """Whether this process is an IPython shell or kernel (where launches come from cells)."""
+    ipython = _sys.modules.get("IPython")
+    return ipython is not None and getattr(ipython, "get_ipython", lambda: None)() is not None
+
+
+if _in_ipython():
+    _starters.prestart()
+
 from labutils import rank  # labutils.rank.device(): this rank's device ("cpu" outside a rank)
 from labutils.errors import (
     LaunchError,

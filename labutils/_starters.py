@@ -72,13 +72,17 @@ class _ExitBook:
 
 
 class TemplateStarter(_ExitBook):
+    """Starts the template interpreter at once and returns; ``wait_ready()`` waits for its hello
+    (it imports torch meanwhile, so the caller's own work overlaps that import)."""
+
     def __init__(self):
         super().__init__()
         self.sys_path = list(sys.path)  # what the template (and every fork) imports with
+        self.wrapper = rank_command_wrapper()  # the command around it, as it was at its start
         ours, theirs = socket.socketpair()
         self._sock = ours
         self._process = subprocess.Popen(
-            [*rank_command_wrapper(), sys.executable, "-m", "labutils._template", str(theirs.fileno())],
+            [*self.wrapper, sys.executable, "-m", "labutils._template", str(theirs.fileno())],
             pass_fds=[theirs.fileno()],
             env=child_environment(),
             stdin=subprocess.DEVNULL,
@@ -87,15 +91,20 @@ class TemplateStarter(_ExitBook):
         theirs.close()
         self._reader = _wire.FrameReader()
         self._pending: list = []
+        self.hello: TemplateHello | None = None  # versions, and when it started and imported torch
+        self.used = False  # whether it has forked ranks yet
+
+    def wait_ready(self) -> None:
+        """Block until the template has imported torch (its hello), at most TEMPLATE_START_TIMEOUT_S."""
+        if self.hello is not None:
+            return
         try:
-            hello = self._next_message(TEMPLATE_START_TIMEOUT_S, TemplateHello)
+            self.hello = self._next_message(TEMPLATE_START_TIMEOUT_S, TemplateHello)
         except BaseException:  # Ctrl-C while torch imports, or no answer: leave no template behind
             self._process.kill()
             self._process.wait()
             self._sock.close()
             raise
-        self.torch_version, self.cuda_version, self.nccl_available = (
-            hello.torch_version, hello.cuda_version, hello.nccl_available)
 
     @property
     def pid(self) -> int:
@@ -105,8 +114,9 @@ class TemplateStarter(_ExitBook):
         return self._process.poll() is None
 
     def stale(self) -> bool:
-        """Whether the caller's sys.path changed since the template started (forks would miss it)."""
-        return sys.path != self.sys_path
+        """Whether the caller's sys.path changed since the template started (forks would miss it), or
+        ``$LABUTILS_RANK_WRAPPER`` did (its ranks would run outside the command now asked for)."""
+        return sys.path != self.sys_path or rank_command_wrapper() != self.wrapper
 
     def _next_message(self, timeout: float, kind: type):
         """Block until a message of type ``kind`` arrives; exit reports met on the way are booked."""
@@ -131,13 +141,20 @@ class TemplateStarter(_ExitBook):
             self._book(self._reader.feed(data))
 
     def _book(self, messages) -> None:
+        """File exit reports by pid, in the order they came; a pid that ``Spawned`` names again is a
+        new rank (pids are reused once the system has gone round them): its old report goes."""
         for message in messages:
             if type(message) is RankExited:
                 self.statuses[message.pid] = (message.exitcode, message.signal)
-            else:
-                self._pending.append(message)
+                continue
+            if type(message) is Spawned:
+                for pid in message.pids:
+                    self.statuses.pop(pid, None)
+            self._pending.append(message)
 
     def spawn(self, specs: list[dict]) -> list[int]:
+        self.wait_ready()
+        self.used = True
         _wire.send(self._sock, Spawn(specs))
         return self._next_message(30.0, Spawned).pids
 
@@ -165,9 +182,12 @@ class TemplateStarter(_ExitBook):
                 pass
 
     def close(self) -> None:
-        """Stop the template; it kills every rank it started before exiting."""
+        """Stop the template; it kills every rank it started before exiting (one still importing
+        torch has none, and is killed)."""
         try:
             self._sock.close()
+            if self.hello is None:
+                self._process.kill()
         finally:
             try:
                 self._process.wait(timeout=5)
@@ -188,6 +208,9 @@ class SpawnStarter(_ExitBook):
 
     def alive(self) -> bool:
         return True
+
+    def wait_ready(self) -> None:
+        """Nothing to wait for: each rank starts its own interpreter."""
 
     def stale(self) -> bool:
         """Never: each rank is a fresh interpreter started with the caller's sys.path as it is."""
@@ -215,6 +238,7 @@ class SpawnStarter(_ExitBook):
             )
             process.stdin.write(pickle.dumps(dict(spec, parent_pid=os.getpid())))
             process.stdin.close()
+            self.statuses.pop(process.pid, None)  # an earlier rank's, if the system reused its pid
             self._processes[process.pid] = process
             threading.Thread(target=self._watch, args=(process,), daemon=True).start()
             pids.append(process.pid)
@@ -260,16 +284,45 @@ def start_method() -> str:
     return method
 
 
+#: Environment variable: "0" keeps ``import labutils`` in IPython from starting the rank template
+#: early (a kernel that never launches then holds no torch-importing process). Unset: it starts.
+PRESTART_ENV = "LABUTILS_PRESTART"
+
+
+def prestart() -> None:
+    """Start the rank template now and return at once: it imports torch in the background, so a
+    first launch made meanwhile or later finds it ready. Nothing when one exists, when ranks start
+    as fresh interpreters or ``$LABUTILS_PRESTART`` is "0"; a template that cannot start is left
+    for the first launch to report."""
+    global _starter
+    with _starter_lock:
+        if _starter is not None or start_method() != "template" or os.environ.get(PRESTART_ENV) == "0":
+            return
+        try:
+            _starter = TemplateStarter()
+        except (OSError, ValueError):  # a wrapper that is missing or malformed: the launch says so
+            pass
+
+
+def _unfit(starter) -> bool:
+    """Whether the live ``starter`` cannot serve a launch asked for now: its template would fork with
+    an old sys.path or outside the wrapper now asked for, or it was started early (``prestart``) and
+    never used while ``$LABUTILS_START_METHOD`` now asks for fresh interpreters."""
+    unused_template = isinstance(starter, TemplateStarter) and not starter.used
+    return starter.alive() and (starter.stale() or (unused_template and start_method() != "template"))
+
+
 def get_starter():
     """The process-wide starter, created on first use (and again if its template died, or
     was started with a ``sys.path`` the caller has since changed: it is stopped first)."""
     global _starter
     with _starter_lock:
-        if _starter is not None and _starter.alive() and _starter.stale():
+        if _starter is not None and _unfit(_starter):
             _starter.close()
             _starter = None
         if _starter is None or not _starter.alive():
             _starter = TemplateStarter() if start_method() == "template" else SpawnStarter()
+        _starter.wait_ready()
         return _starter
 
 

@@ -5,7 +5,8 @@ own session so a kernel interrupt does not reach it. It never runs a torch opera
 its forks start in a clean state (forking after a parallel torch op hangs the child; the
 notebook kernel itself is never forked). Speaks over the socket FD (``labutils.messages``):
 
-    template -> caller: TemplateHello(pid, torch_version, cuda_version, nccl_available)
+    template -> caller: TemplateHello(pid, torch_version, cuda_version, nccl_available,
+                                      started_at, imported_at)
     caller -> template: Spawn([spec, ...])    template -> caller: Spawned([pid, ...])
     template -> caller: RankExited(pid, exitcode, signal)    whenever a rank ends
     caller closes the socket: every rank is killed and the template exits.
@@ -18,6 +19,7 @@ import selectors
 import signal
 import socket
 import sys
+import time
 
 from labutils import _wire
 from labutils.messages import RankExited, SignalRanks, Spawn, Spawned, TemplateHello
@@ -99,17 +101,28 @@ def _kill_all(children: set) -> None:
             pass
 
 
-def main(fd: int) -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    control = socket.socket(fileno=fd)
-    # Preload what every rank needs, so a fork costs milliseconds, not a torch import.
+def _preload(control: socket.socket, started_at: float) -> None:
+    """Import what every rank needs, so a fork costs milliseconds, not a torch import; then say hello.
+    Versions travel as plain str: torch's own version type would make the caller import torch."""
     import cloudpickle  # noqa: F401
     import torch
     import torch.distributed as dist
 
     import labutils._worker  # noqa: F401
 
-    _wire.send(control, TemplateHello(os.getpid(), torch.__version__, torch.version.cuda, dist.is_nccl_available()))
+    cuda = torch.version.cuda
+    _wire.send(control, TemplateHello(os.getpid(), str(torch.__version__), None if cuda is None else str(cuda),
+                                      bool(dist.is_nccl_available()), started_at, time.monotonic()))
+
+
+def main(fd: int) -> None:
+    started_at = time.monotonic()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    control = socket.socket(fileno=fd)
+    try:
+        _preload(control, started_at)
+    except OSError:  # the caller went away while torch imported
+        os._exit(0)
     children: set[int] = set()
     wakeup_r, wakeup_w = os.pipe()
     os.set_blocking(wakeup_w, False)

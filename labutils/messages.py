@@ -14,7 +14,9 @@ Between the caller and each rank (its control channel)::
 
 Between the caller and the template (``labutils._template``)::
 
-    template -> caller   TemplateHello(pid, torch_version, cuda_version, nccl_available)
+    template -> caller   TemplateHello(pid, torch_version, cuda_version, nccl_available,
+                                       started_at, imported_at)   the last two: time.monotonic() (s)
+                                       when its main() began and when torch was imported
     caller -> template   Spawn(specs)          template -> caller   Spawned(pids)
     caller -> template   SignalRanks(pids, signal)   the template signals those of its ranks
     template -> caller   RankExited(pid, exitcode, signal)   whenever a rank ends
@@ -83,9 +85,11 @@ class Failed(NamedTuple):
 
 class TemplateHello(NamedTuple):
     pid: int
-    torch_version: str
+    torch_version: str  # a plain str: torch's own version type would make the caller import torch
     cuda_version: str | None
     nccl_available: bool
+    started_at: float  # time.monotonic() (s, the machine's clock) when the template's main() began
+    imported_at: float  # time.monotonic() (s) when it had imported what every rank needs
 
 
 class Spawn(NamedTuple):

@@ -550,3 +550,98 @@ def test_a_rank_that_dies_before_connecting_fails_the_start_by_name(monkeypatch)
         assert not pool.started
     finally:
         _starters.close_starter()
+
+
+# ----- the template's start -----------------------------------------------------------------
+
+def _run_fresh(code: str, **env) -> str:
+    """Run ``code`` in a fresh interpreter (the launcher's process-wide state is per process); its stdout."""
+    done = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
+                          timeout=300, env=dict(os.environ, **env))
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
+
+
+def test_the_templates_hello_never_makes_the_caller_import_torch():
+    out = _run_fresh("""
+        import sys
+        from labutils import _starters
+        hello = _starters.get_starter().hello
+        assert type(hello.torch_version) is str and hello.torch_version.startswith("2.")
+        assert hello.started_at <= hello.imported_at
+        print("torch" in sys.modules)
+    """)
+    assert out.split() == ["False"]
+
+
+def test_importing_labutils_in_ipython_starts_the_template_the_first_launch_uses():
+    out = _run_fresh("""
+        from IPython.core.interactiveshell import InteractiveShell
+        InteractiveShell.instance()
+        import labutils
+        from labutils import _starters
+        early = _starters.current_starter()
+        import torch.distributed as dist
+        print(type(early).__name__, labutils.launch(dist.get_world_size, 2) == [2, 2],
+              _starters.current_starter() is early)
+    """)
+    assert out.split()[-3:] == ["TemplateStarter", "True", "True"]
+
+
+def test_importing_labutils_outside_ipython_or_with_prestart_off_starts_nothing():
+    out = _run_fresh("import labutils; from labutils import _starters; print(_starters.current_starter())")
+    assert out.split() == ["None"]
+    out = _run_fresh("""
+        from IPython.core.interactiveshell import InteractiveShell
+        InteractiveShell.instance()
+        import labutils
+        print(labutils._starters.current_starter())
+    """, LABUTILS_PRESTART="0")
+    assert out.split() == ["None"]
+
+
+def test_an_early_template_gives_way_to_the_start_method_and_wrapper_asked_for_at_launch():
+    out = _run_fresh("""
+        import json, os
+        import torch.distributed as dist
+        import labutils
+        from labutils import _starters
+        _starters.prestart()
+        early = _starters.current_starter()
+        os.environ["LABUTILS_START_METHOD"] = "spawn"
+        assert labutils.launch(dist.get_rank, 2) == [0, 1]
+        print(type(_starters.current_starter()).__name__, early.alive())
+        os.environ["LABUTILS_START_METHOD"] = "template"
+        _starters.close_starter()
+        _starters.prestart()
+        early = _starters.current_starter()
+        os.environ["LABUTILS_RANK_WRAPPER"] = json.dumps(["env"])
+        assert early.stale()
+        assert labutils.launch(dist.get_rank, 2) == [0, 1]
+        print(_starters.current_starter() is not early, _starters.current_starter().wrapper)
+    """)
+    assert out.split()[-4:] == ["SpawnStarter", "False", "True", "['env']"]
+
+
+def test_stopping_a_template_still_importing_torch_leaves_no_process():
+    from labutils import _starters
+
+    labutils.shutdown()
+    _starters.prestart()
+    starter = _starters.current_starter()
+    assert starter.hello is None  # never waited for: closing it does not wait for torch either
+    _starters.close_starter()
+    assert not starter.alive()
+    assert not wait_until_gone(descendants(), timeout_s=5.0)
+
+
+def test_a_pid_the_system_reuses_for_a_new_rank_does_not_carry_the_old_ranks_exit():
+    from labutils import _starters
+    from labutils.messages import RankExited, Spawned
+
+    starter = _starters.TemplateStarter.__new__(_starters.TemplateStarter)
+    starter.statuses, starter._pending = {}, []
+    starter._book([RankExited(5, 0, None), RankExited(6, 1, None), Spawned([5, 7])])
+    assert starter.exit_status(5) is None and starter.exit_status(6) == (1, None)
+    starter._book([Spawned([8]), RankExited(8, None, 9)])  # a new rank that died at once
+    assert starter.exit_status(8) == (None, 9)

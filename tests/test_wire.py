@@ -13,7 +13,7 @@ EXAMPLES = [
     messages.Ready(), messages.RunCall(7, b"payload", {"cwd": "/tmp"}),
     messages.ExecCell(8, "x = 1", "<distributed cell 1>", {}), messages.Exit(), messages.Done(7, b"result"),
     messages.Failed(7, None, "Traceback ...", "builtins.ValueError", "bad shape"),
-    messages.TemplateHello(99, "2.13.0", None, False), messages.Spawn([{"rank": 0}]), messages.Spawned([11, 12]),
+    messages.TemplateHello(99, "2.13.0", None, False, 12.5, 14.25), messages.Spawn([{"rank": 0}]), messages.Spawned([11, 12]),
     messages.RankExited(11, None, 9), messages.SignalRanks([11, 12], 10),
 ]
 
