@@ -2,7 +2,7 @@
 Its ranks run in a bubblewrap sandbox (``--sandbox-dir``, a private folder: ``autograder.sandbox``),
 in the worker's memory cgroup where there is one (``--cgroup-procs``: ``autograder.memory_cgroup``).
 
-    service = JudgeService(log_path, rank_timeout_s=60, backend="auto", memory_limit_gib=4)
+    service = JudgeService(log_path, rank_timeout_s=60, backend="gloo", memory_limit_gib=4)
     socket_path = service.begin("alice")     # kernels of alice's autograde connect here
     ...                                       # run nbgrader autograde with LAB_JUDGE_SOCKET=socket_path
     verdicts = service.end()                 # what the judge decided, whatever the notebook shows
@@ -36,7 +36,7 @@ class JudgeServiceFailed(RuntimeError):
 class JudgeService:
     """A judge process kept warm across submissions; one submission at a time."""
 
-    def __init__(self, log_path: str, rank_timeout_s: float, backend: str = "auto", memory_limit_gib: float = 0.0,
+    def __init__(self, log_path: str, rank_timeout_s: float, backend: str = "gloo", memory_limit_gib: float = 0.0,
                  course_root: str = COURSE_ROOT, cgroup_procs: str = ""):
         self._log_path, self._rank_timeout_s, self._backend = log_path, rank_timeout_s, backend
         self._memory_limit_gib, self._course_root, self._cgroup_procs = memory_limit_gib, course_root, cgroup_procs

@@ -69,7 +69,7 @@ class GradeOptions:
     cell_timeout_s: float = 300.0
     rank_timeout_s: float = 60.0
     submission_timeout_s: float = 1200.0
-    backend: str = "auto"
+    backend: str = "gloo"
     memory_limit_gib: float | None = None
     memory_cap: str = "auto"
     course_root: str = COURSE_ROOT

@@ -117,7 +117,7 @@ def load_lab(lab: str):
 
 
 def run_test(lab: str, test: str, names: list, blob: bytes, sources: dict, *,
-             rank_timeout_s: float, backend: str = "auto", seed: int | None = None) -> Verdict:
+             rank_timeout_s: float, backend: str = "gloo", seed: int | None = None) -> Verdict:
     """Judge ``blob`` (the submission's pickled objects) on the hidden test ``test`` of ``lab``."""
     module = load_lab(lab)
     spec = module.TESTS.get(test)
@@ -179,7 +179,7 @@ def _own_copies(data: dict) -> dict:
             for key, value in data.items()}
 
 
-def launch_reference(lab: str, test: str, cases: list, *, rank_timeout_s: float, backend: str = "auto") -> RankResults:
+def launch_reference(lab: str, test: str, cases: list, *, rank_timeout_s: float, backend: str = "gloo") -> RankResults:
     """Per rank, what the reference did on each case: [{"reference": [per case result]}], and the
     bytes its ranks sent each other (``RankResults.loopback_bytes``)."""
     spec = load_lab(lab).TESTS[test]
@@ -195,7 +195,7 @@ def _decoded(raw: RankResults) -> RankResults:
 
 
 def launch_submission(lab: str, test: str, cases: list, blob: bytes, sources: dict, *, rank_timeout_s: float,
-                      backend: str = "auto") -> RankResults:
+                      backend: str = "gloo") -> RankResults:
     """Per rank, what the submission (``blob``) did on each case: [{"student": [per case result]}],
     and the bytes its ranks sent each other, in a launch of its own (after ``launch_reference``). Everything its ranks send back is
     unpickled under ``restricted_unpickling``; anything but the judge's bytes is the submission's
