@@ -105,6 +105,7 @@ def _check_options(args) -> str:
         choose_backend(args.backend, JUDGE_WORLD_SIZE)
     except BackendUnavailableError as exc:
         raise UsageError(f"the judge runs {JUDGE_WORLD_SIZE} ranks: {exc}") from None
+    _check_gpus_per_worker(args.backend, args.workers)
     from grading.autograder.sandbox import SandboxUnavailable, find_bwrap, probe
 
     try:
@@ -115,6 +116,21 @@ def _check_options(args) -> str:
         return course_root_of(args.grading_dir)
     except ValueError as exc:
         raise UsageError(f"{exc}: pass --grading-dir, the instructors' grading/ folder") from None
+
+
+def _check_gpus_per_worker(backend: str, workers: int) -> None:
+    """On NCCL each worker's judge needs ``JUDGE_WORLD_SIZE`` GPUs of its own (``worker_gpus``)."""
+    if backend != "nccl":
+        return
+    from grading.autograder.judge_service import worker_gpus
+
+    gpus = worker_gpus(workers)[0]
+    count = len(gpus.split(",")) if gpus else 0
+    if count < JUDGE_WORLD_SIZE:
+        total = len(worker_gpus(1)[0].split(",")) if worker_gpus(1)[0] else 0
+        raise UsageError(f"--backend nccl gives each worker's judge {JUDGE_WORLD_SIZE} GPUs of its own: {total} GPUs "
+                         f"make {count} per worker with --workers {workers}; use --workers "
+                         f"{max(1, total // JUDGE_WORLD_SIZE)} (or the default, --backend gloo)")
 
 
 def main(args) -> int:

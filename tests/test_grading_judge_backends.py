@@ -194,3 +194,52 @@ def test_all_gather_into_tensor_and_reduce_scatter_tensor_take_a_stacked_tensor_
         assert gathered == [0.0, 1.0] and reduced == 6 * 3.0
         assert calls == {"all_gather": 1, "reduce_scatter": 1}
         assert sizes == {"all_gather": 24, "reduce_scatter": 48}
+
+
+# ----- grading workers on GPUs of their own --------------------------------------------------------------
+
+def test_four_grading_workers_on_an_eight_gpu_node_get_two_disjoint_gpus_each():
+    from labutils.cuda_visible import VisibleDevice
+
+    from grading.autograder.judge_service import worker_gpus
+
+    node = [VisibleDevice(ordinal, ordinal) for ordinal in range(8)]
+    assert worker_gpus(4, node) == ["0,1", "2,3", "4,5", "6,7"]
+    assert worker_gpus(2, node) == ["0,1,2,3", "4,5,6,7"]
+    slurm_share = [VisibleDevice(ordinal, index) for ordinal, index in enumerate([4, 5, 6, 7])]  # CUDA_VISIBLE_DEVICES=4,5,6,7
+    assert worker_gpus(2, slurm_share) == ["4,5", "6,7"]
+    assert worker_gpus(3, []) == [None, None, None]  # a CPU node: the variable is left alone
+
+
+def test_each_workers_judge_process_starts_with_that_workers_gpus(monkeypatch, tmp_path):
+    from grading.autograder import judge_service
+
+    started = []
+
+    class Popen:
+        def __init__(self, argv, **kwargs):
+            started.append(kwargs["env"])
+
+        def poll(self):
+            return 0
+
+    monkeypatch.setattr(judge_service.subprocess, "Popen", Popen)
+    monkeypatch.setattr(judge_service.tempfile, "tempdir", str(tmp_path))  # its ranks' folder, removed with tmp_path
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2,3,4,5,6,7")
+    judge_service.JudgeService(str(tmp_path / "judge.log"), 30.0, visible_devices="6,7")
+    judge_service.JudgeService(str(tmp_path / "judge.log"), 30.0)
+    assert started[0]["CUDA_VISIBLE_DEVICES"] == "6,7"
+    assert started[1]["CUDA_VISIBLE_DEVICES"] == "0,1,2,3,4,5,6,7"
+
+
+def test_grading_on_nccl_with_too_few_gpus_per_worker_is_refused_before_any_work(monkeypatch):
+    from labutils import backend as labutils_backend
+    from labutils.cuda_visible import VisibleDevice
+
+    from grading.cli import UsageError
+
+    monkeypatch.setattr(labutils_backend, "visible_cuda_devices", lambda: [VisibleDevice(i, i) for i in range(8)])
+    grade._check_gpus_per_worker("nccl", 2)  # 4 GPUs each: fine
+    grade._check_gpus_per_worker("gloo", 8)  # gloo needs none
+    with pytest.raises(UsageError, match="use --workers 2"):
+        grade._check_gpus_per_worker("nccl", 4)
