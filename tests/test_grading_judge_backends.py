@@ -243,3 +243,41 @@ def test_grading_on_nccl_with_too_few_gpus_per_worker_is_refused_before_any_work
     grade._check_gpus_per_worker("gloo", 8)  # gloo needs none
     with pytest.raises(UsageError, match="use --workers 2"):
         grade._check_gpus_per_worker("nccl", 4)
+
+
+_STACKED_GATHER = '''
+class _GatherStacked(torch.autograd.Function):
+    """All-gather of the last dimension through one all_gather_into_tensor into a (tp, ...) tensor."""
+
+    @staticmethod
+    def forward(ctx, y, group):
+        ctx.group = group
+        stacked = y.new_empty((dist.get_world_size(group),) + tuple(y.shape))
+        dist.all_gather_into_tensor(stacked, y.contiguous(), group=group)
+        return torch.cat(stacked.unbind(0), dim=-1)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad.chunk(dist.get_world_size(ctx.group), dim=-1)[dist.get_rank(ctx.group)].contiguous(), None
+
+
+class ColumnParallelLinear(ColumnParallelLinear):
+    def forward(self, x):
+        y = F.linear(copy_to_tp_region(x, self.group), self.weight, self.bias)
+        return _GatherStacked.apply(y, self.group) if self.gather_output else y
+'''
+
+
+def test_a_correct_lab1_answer_that_gathers_into_a_stacked_tensor_keeps_its_part_on_the_judges_gloo():
+    from graded_lab import GradedLab
+
+    from grading.judge import client, engine
+
+    lab = "lab01_tensor_parallel"
+    namespace = GradedLab(lab, rank_timeout_s=30.0, given_cells=("setup", "check_helpers", "given_mappings")
+                          ).solution_namespace()
+    exec(_STACKED_GATHER, namespace)
+    objects = {"ColumnParallelLinear": namespace["ColumnParallelLinear"]}
+    verdict = engine.run_test(lab, "test_column_parallel", list(objects), client.dumps(objects), {},
+                              rank_timeout_s=30, backend="gloo", seed=2)
+    assert verdict.passed, verdict.lines
