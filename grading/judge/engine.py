@@ -186,8 +186,8 @@ def launch_reference(lab: str, test: str, cases: list, *, rank_timeout_s: float,
     ``rank``) if the reference failed."""
     module = load_lab(lab)
     spec = module.TESTS[test]
-    programs = [shipping.program(rankside.run_reference, (spec.run_case, module.REFERENCE, spec.world_size, seen, data))
-                for seen, data in split_by_rank(spec, cases)]
+    programs = shipping.programs(rankside.run_reference, (spec.run_case, module.REFERENCE, spec.world_size),
+                                 split_by_rank(spec, cases))
     raw = launch_each(shipping.RUN, [(p,) for p in programs], backend=backend, timeout=rank_timeout_s)
     results = _decoded(raw)
     for rank, result in enumerate(results):
@@ -219,9 +219,8 @@ def launch_submission(lab: str, test: str, cases: list, blob: bytes, sources: di
     spec = module.TESTS[test]
     lent = {name: module.REFERENCE[name] for name in spec.substitutes}
     refused = shipping.graded_objects(module, spec)
-    programs = [shipping.program(rankside.run_submission, (spec.run_case, lent, spec.world_size, seen, data, blob,
-                                                           sources), refused)
-                for seen, data in split_by_rank(spec, cases)]
+    programs = shipping.programs(rankside.run_submission, (spec.run_case, lent, spec.world_size),
+                                 split_by_rank(spec, cases), refused, blob=blob, sources=sources)
     try:
         with restricted_unpickling():
             raw = launch_each(shipping.RUN, [(p,) for p in programs], backend=backend, timeout=rank_timeout_s)

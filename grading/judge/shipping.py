@@ -20,7 +20,9 @@ the rank code names what it uses (``from grading.judge.recording import install`
 """
 from __future__ import annotations
 
+import functools
 import io
+import operator
 import pickle
 import types
 
@@ -61,16 +63,30 @@ class _ProgramPickler(cloudpickle.Pickler):
         return super().reducer_override(obj)
 
 
-def program(fn, args: tuple, refused: dict | None = None) -> bytes:
-    """The bytes that, loaded by ``RUN`` on a rank, call ``fn(*args)`` there and give its result.
-    ``refused``: {id(object): label} of objects the program may not carry (``ShippingRefused``)."""
+def _dump(obj, refused: dict | None) -> bytes:
+    """``obj`` pickled with the grader's code by value; ``refused`` objects and grader modules refused."""
     buffer = io.BytesIO()
     cloudpickle.register_pickle_by_value(grading)
     try:
-        _ProgramPickler(buffer, refused or {}).dump(_Call(fn, args))
+        _ProgramPickler(buffer, refused or {}).dump(obj)
     finally:
         cloudpickle.unregister_pickle_by_value(grading)
     return buffer.getvalue()
+
+
+def program(fn, args: tuple, refused: dict | None = None) -> bytes:
+    """The bytes that, loaded by ``RUN`` on a rank, call ``fn(*args)`` there and give its result.
+    ``refused``: {id(object): label} of objects the program may not carry (``ShippingRefused``)."""
+    return _dump(_Call(fn, args), refused)
+
+
+def programs(fn, shared: tuple, per_rank: list, refused: dict | None = None, **keywords) -> list:
+    """Per rank r, the program that calls ``fn(*shared, *per_rank[r], **keywords)``: what every rank
+    gets alike (the harness, the rank code, the objects, the blob) is written once, as bytes that
+    each rank's program loads (``RUN``) before the call, and only ``per_rank[r]`` once per rank."""
+    common = _dump(functools.partial(fn, *shared, **keywords), refused)
+    loader = _Call(RUN, (common,))  # on the rank: the partial, loaded from the common bytes
+    return [program(operator.call, (loader, *args), refused) for args in per_rank]
 
 
 def graded_objects(module, spec) -> dict:
