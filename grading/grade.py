@@ -28,6 +28,13 @@ from grading.paths import course_root_of
 BAR_WIDTH = 30
 #: Ranks of each hidden test (groups of 2 and 4 ranks), so --backend nccl needs this many GPUs.
 JUDGE_WORLD_SIZE = 4
+#: The judge's backends: gloo (the default, on every node) or NCCL.
+JUDGE_BACKENDS = ("gloo", "nccl")
+BACKEND_HELP = ("the judge's ranks' backend: gloo (default, on every node: the hidden tests judge correctness, "
+                "which does not depend on the backend, on CPU tensors; grading is deterministic and the traffic "
+                "check is complete) or nccl (one GPU per rank: the submission runs on the GPUs; the loopback "
+                "byte count is NOT checked there, since NCCL moves payloads over NVLink/PCIe, not the sandbox's "
+                "loopback, so a second channel between the ranks goes unseen)")
 
 
 def default_workers() -> int:
@@ -50,7 +57,7 @@ def add_arguments(parser) -> None:
                         help="seconds one call on ranks may run, in the judge and in the notebook (default 60)")
     parser.add_argument("--submission-timeout", type=float, default=1200.0,
                         help="seconds a whole submission may take before it is stopped (default 1200)")
-    parser.add_argument("--backend", choices=["auto", "gloo", "nccl"], default="auto", help="the judge's backend")
+    parser.add_argument("--backend", choices=JUDGE_BACKENDS, default="gloo", help=BACKEND_HELP)
     parser.add_argument("--memory-limit", type=float, default=None,
                         help="GiB of host memory each grading process may allocate (kernels and ranks: a "
                              "submission that allocates without end fails there); default: the RAM over "
@@ -98,6 +105,7 @@ def _check_options(args) -> str:
         choose_backend(args.backend, JUDGE_WORLD_SIZE)
     except BackendUnavailableError as exc:
         raise UsageError(f"the judge runs {JUDGE_WORLD_SIZE} ranks: {exc}") from None
+    _check_gpus_per_worker(args.backend, args.workers)
     from grading.autograder.sandbox import SandboxUnavailable, find_bwrap, probe
 
     try:
@@ -108,6 +116,21 @@ def _check_options(args) -> str:
         return course_root_of(args.grading_dir)
     except ValueError as exc:
         raise UsageError(f"{exc}: pass --grading-dir, the instructors' grading/ folder") from None
+
+
+def _check_gpus_per_worker(backend: str, workers: int) -> None:
+    """On NCCL each worker's judge needs ``JUDGE_WORLD_SIZE`` GPUs of its own (``worker_gpus``)."""
+    if backend != "nccl":
+        return
+    from grading.autograder.judge_service import worker_gpus
+
+    gpus = worker_gpus(workers)[0]
+    count = len(gpus.split(",")) if gpus else 0
+    if count < JUDGE_WORLD_SIZE:
+        total = len(worker_gpus(1)[0].split(",")) if worker_gpus(1)[0] else 0
+        raise UsageError(f"--backend nccl gives each worker's judge {JUDGE_WORLD_SIZE} GPUs of its own: {total} GPUs "
+                         f"make {count} per worker with --workers {workers}; use --workers "
+                         f"{max(1, total // JUDGE_WORLD_SIZE)} (or the default, --backend gloo)")
 
 
 def main(args) -> int:

@@ -175,8 +175,8 @@ def test_the_judges_ranks_see_only_labutils_and_no_grader_file_and_die_with_thei
     code = f"""
 import importlib, os, labutils, torch.distributed as dist
 def look():
-    import grading.reference.tp_communications as reference
-    try:
+    try:  # the ranks never import the grader: neither an import nor a reload finds it
+        import grading.reference.tp_communications as reference
         importlib.reload(reference)
         reloaded = 'reloaded'
     except Exception as exc:

@@ -3,7 +3,7 @@
 - ``runner``: autograde a folder of submissions in parallel, one warm judge per worker;
   then trust the judge's verdicts over the notebooks', write feedback and grades.csv
 - ``sandbox``: the bubblewrap sandbox each submission's kernel (and every rank it starts) runs in,
-  and that of the judge's ranks; ``rank_guard``: their template imports the grader, then deletes its files
+  and that of the judge's ranks; ``rank_guard``: their template deletes the staged grader, then becomes the plain template
 - ``execute``: nbgrader's Execute preprocessor, surviving a kernel that dies
 - ``feedback``: the feedback preprocessor that removes hidden tests and their tracebacks
 - ``tampering``: which graded or read-only cells a submission edited or deleted

@@ -2,7 +2,7 @@
 Its ranks run in a bubblewrap sandbox (``--sandbox-dir``, a private folder: ``autograder.sandbox``),
 in the worker's memory cgroup where there is one (``--cgroup-procs``: ``autograder.memory_cgroup``).
 
-    service = JudgeService(log_path, rank_timeout_s=60, backend="auto", memory_limit_gib=4)
+    service = JudgeService(log_path, rank_timeout_s=60, backend="gloo", memory_limit_gib=4, visible_devices="0,1")
     socket_path = service.begin("alice")     # kernels of alice's autograde connect here
     ...                                       # run nbgrader autograde with LAB_JUDGE_SOCKET=socket_path
     verdicts = service.end()                 # what the judge decided, whatever the notebook shows
@@ -24,9 +24,36 @@ from grading.paths import COURSE_ROOT, isolated_module
 START_METHOD_ENV = "LABUTILS_START_METHOD"
 
 
-def judge_environment(env: dict) -> dict:
-    """The judge's environment: ``env`` without ``START_METHOD_ENV``."""
-    return {name: value for name, value in env.items() if name != START_METHOD_ENV}
+def judge_environment(env: dict, visible_devices: str | None = None) -> dict:
+    """The judge's environment: ``env`` without ``START_METHOD_ENV``, and with ``CUDA_VISIBLE_DEVICES``
+    = ``visible_devices`` (its worker's GPUs, ``worker_gpus``) unless that is None."""
+    return with_visible_devices({name: value for name, value in env.items() if name != START_METHOD_ENV},
+                                visible_devices)
+
+
+CUDA_VISIBLE_ENV = "CUDA_VISIBLE_DEVICES"
+
+
+def with_visible_devices(env: dict, visible_devices: str | None) -> dict:
+    """``env`` with ``CUDA_VISIBLE_DEVICES`` = ``visible_devices`` (unchanged where that is None)."""
+    return env if visible_devices is None else dict(env, **{CUDA_VISIBLE_ENV: visible_devices})
+
+
+def worker_gpus(workers: int, devices: list | None = None) -> list:
+    """Per grading worker, the ``CUDA_VISIBLE_DEVICES`` of its judge and kernel: the GPUs this process
+    sees (``devices``: ``labutils.backend.visible_cuda_devices()``, read without initialising CUDA),
+    cut into ``workers`` disjoint blocks of equal size in order (8 GPUs, 4 workers: "0,1", "2,3",
+    "4,5", "6,7"; the remainder idle), each GPU named by its physical index (a MIG device by its
+    UUID). None per worker where there is no GPU (the variable is left as it is)."""
+    if devices is None:
+        from labutils.backend import visible_cuda_devices
+
+        devices = visible_cuda_devices()
+    if not devices:
+        return [None] * workers
+    size = len(devices) // workers
+    names = [device.mig_uuid or str(device.gpu_index) for device in devices]
+    return [",".join(names[index * size:(index + 1) * size]) for index in range(workers)]
 
 
 class JudgeServiceFailed(RuntimeError):
@@ -36,9 +63,10 @@ class JudgeServiceFailed(RuntimeError):
 class JudgeService:
     """A judge process kept warm across submissions; one submission at a time."""
 
-    def __init__(self, log_path: str, rank_timeout_s: float, backend: str = "auto", memory_limit_gib: float = 0.0,
-                 course_root: str = COURSE_ROOT, cgroup_procs: str = ""):
+    def __init__(self, log_path: str, rank_timeout_s: float, backend: str = "gloo", memory_limit_gib: float = 0.0,
+                 course_root: str = COURSE_ROOT, cgroup_procs: str = "", visible_devices: str | None = None):
         self._log_path, self._rank_timeout_s, self._backend = log_path, rank_timeout_s, backend
+        self._visible_devices = visible_devices  # this worker's GPUs (``worker_gpus``), None: as inherited
         self._memory_limit_gib, self._course_root, self._cgroup_procs = memory_limit_gib, course_root, cgroup_procs
         self._process = None
         self._socket_dir = None
@@ -53,7 +81,7 @@ class JudgeService:
                                 "--memory-limit", str(self._memory_limit_gib), "--sandbox-dir", self._sandbox_dir,
                                 "--cgroup-procs", self._cgroup_procs),
                 cwd=self._course_root, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
-                start_new_session=True, env=judge_environment(os.environ))
+                start_new_session=True, env=judge_environment(os.environ, self._visible_devices))
 
     def _exchange(self, message: dict) -> dict:
         try:

@@ -31,7 +31,8 @@ import nbformat
 
 from grading.autograder.course import copy_submission, write_course_config
 from grading.autograder.execute import KERNEL_DIED, NOT_RUN
-from grading.autograder.judge_service import JudgeService, JudgeServiceFailed
+from grading.autograder.judge_service import (JudgeService, JudgeServiceFailed, with_visible_devices,
+                                               worker_gpus)
 from grading.autograder.memory_cgroup import CgroupUnavailable, MemoryCgroup
 from grading.autograder.metadata import repair_cell_metadata
 from grading.autograder.nbgrader_cli import check, nbgrader_environment, open_course
@@ -69,7 +70,7 @@ class GradeOptions:
     cell_timeout_s: float = 300.0
     rank_timeout_s: float = 60.0
     submission_timeout_s: float = 1200.0
-    backend: str = "auto"
+    backend: str = "gloo"
     memory_limit_gib: float | None = None
     memory_cap: str = "auto"
     course_root: str = COURSE_ROOT
@@ -276,6 +277,7 @@ def _run_workers(options: GradeOptions, students: list, progress) -> dict:
 
     count = min(options.workers, len(students))
     cgroups = [worker_cgroup(options, index, memory_limit_gib) for index in range(count)]  # errors before any work
+    gpus = worker_gpus(count)  # disjoint GPUs per worker, for its judge and its kernels
 
     def work(index: int) -> None:
         logs = os.path.join(options.course_dir, "logs", options.lab)
@@ -283,8 +285,10 @@ def _run_workers(options: GradeOptions, students: list, progress) -> dict:
         cgroup = cgroups[index]
         procs = cgroup.procs if cgroup else ""
         service = JudgeService(os.path.join(logs, f"judge-{index}.log"), options.rank_timeout_s, options.backend,
-                               memory_limit_gib, course_root=options.course_root, cgroup_procs=procs)
-        worker = AutogradeWorker(options.course_dir, os.path.join(logs, f"worker-{index}.log"), kernel_environment,
+                               memory_limit_gib, course_root=options.course_root, cgroup_procs=procs,
+                               visible_devices=gpus[index])
+        worker = AutogradeWorker(options.course_dir, os.path.join(logs, f"worker-{index}.log"),
+                                 with_visible_devices(kernel_environment, gpus[index]),
                                  memory_limit_gib, course_root=options.course_root)
         try:
             while True:

@@ -12,10 +12,11 @@ cells travel by value) and sends them, unopened, to a judge process:
   course root (by the kernel, or by ``course grade`` as a warm service). It imports the lab's test spec and the reference
   kernels before it receives any submission, builds random inputs, computes the expected
   results with dense maths, and compares. It never unpickles anything the submission made.
-- ``rankside``: runs on fresh ranks started by ``labutils.launch``. Each rank runs the
-  reference kernel first (expected communication pattern), then loads the submission and
-  runs it, and sends back raw tensors and call counts (``torch.save`` bytes, read with
-  ``weights_only=True``).
+- ``rankside``: the harness on fresh ranks started by ``labutils.launch``, shipped there by value
+  with the test's rank code (``shipping``: no rank imports the grader). The reference runs in
+  launches of its own; a submission's launch holds its objects, its inputs, the harness and the
+  reference objects the test lends, nothing else of the grader. Ranks send back raw tensors and
+  call counts (``torch.save`` bytes, read with ``weights_only=True``).
 - ``engine``: the comparisons and the verdict; ``protocol``: the wire format.
 - one module per lab (``lab01_tensor_parallel``...): its cases, dense maths and rank code.
 """

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 
 from labutils.errors import LaunchError, RankDiedError, RankTimeoutError
 
-from grading.judge import rankside
+from grading.judge import rankside, shipping
 from grading.judge.loopback import traffic_problem
 from grading.judge.perrank import RankResults, launch_each
 
@@ -117,7 +117,7 @@ def load_lab(lab: str):
 
 
 def run_test(lab: str, test: str, names: list, blob: bytes, sources: dict, *,
-             rank_timeout_s: float, backend: str = "auto", seed: int | None = None) -> Verdict:
+             rank_timeout_s: float, backend: str = "gloo", seed: int | None = None) -> Verdict:
     """Judge ``blob`` (the submission's pickled objects) on the hidden test ``test`` of ``lab``."""
     module = load_lab(lab)
     spec = module.TESTS.get(test)
@@ -135,8 +135,9 @@ def run_test(lab: str, test: str, names: list, blob: bytes, sources: dict, *,
                                                  f"{getattr(exc, 'rank', '?')}: {str(exc)[-2000:]}"], judge_error=True)
     try:
         student = launch_submission(lab, test, cases, blob, sources, rank_timeout_s=rank_timeout_s, backend=backend)
-    except rankside.StudentCodeFailed as exc:  # (a JudgeFailed from these ranks could only be forged: see SAFE_GLOBALS)
-        return Verdict(test, spec.title, False, [f"✗ rank {getattr(exc, 'rank', '?')}: {exc}"])
+    except rankside.StudentCodeFailed as exc:
+        where = f"rank {exc.rank}" if hasattr(exc, "rank") else "your ranks"
+        return Verdict(test, spec.title, False, [f"✗ {where}: {exc}"])
     except RankTimeoutError as exc:
         return Verdict(test, spec.title, False, [_timeout_line(exc, rank_timeout_s, sources)])
     except RankDiedError as exc:
@@ -179,13 +180,25 @@ def _own_copies(data: dict) -> dict:
             for key, value in data.items()}
 
 
-def launch_reference(lab: str, test: str, cases: list, *, rank_timeout_s: float, backend: str = "auto") -> RankResults:
+def launch_reference(lab: str, test: str, cases: list, *, rank_timeout_s: float, backend: str = "gloo") -> RankResults:
     """Per rank, what the reference did on each case: [{"reference": [per case result]}], and the
-    bytes its ranks sent each other (``RankResults.loopback_bytes``)."""
-    spec = load_lab(lab).TESTS[test]
-    raw = launch_each(rankside.run_reference, [(lab, test, seen, data) for seen, data in split_by_rank(spec, cases)],
-                      backend=backend, timeout=rank_timeout_s)
-    return _decoded(raw)
+    bytes its ranks sent each other (``RankResults.loopback_bytes``). ``rankside.JudgeFailed`` (with
+    ``rank``) if the reference failed."""
+    module = load_lab(lab)
+    spec = module.TESTS[test]
+    programs = shipping.programs(rankside.run_reference, (spec.run_case, module.REFERENCE, spec.world_size),
+                                 split_by_rank(spec, cases))
+    raw = launch_each(shipping.RUN, [(p,) for p in programs], backend=backend, timeout=rank_timeout_s)
+    results = _decoded(raw)
+    for rank, result in enumerate(results):
+        if "judge_failed" in result:
+            raise _with_rank(rankside.JudgeFailed(result["judge_failed"]), rank)
+    return results
+
+
+def _with_rank(exc: BaseException, rank: int) -> BaseException:
+    exc.rank = rank
+    return exc
 
 
 def _decoded(raw: RankResults) -> RankResults:
@@ -195,24 +208,33 @@ def _decoded(raw: RankResults) -> RankResults:
 
 
 def launch_submission(lab: str, test: str, cases: list, blob: bytes, sources: dict, *, rank_timeout_s: float,
-                      backend: str = "auto") -> RankResults:
+                      backend: str = "gloo") -> RankResults:
     """Per rank, what the submission (``blob``) did on each case: [{"student": [per case result]}],
-    and the bytes its ranks sent each other, in a launch of its own (after ``launch_reference``). Everything its ranks send back is
-    unpickled under ``restricted_unpickling``; anything but the judge's bytes is the submission's
-    fault (``rankside.StudentCodeFailed``)."""
-    spec = load_lab(lab).TESTS[test]
+    and the bytes its ranks sent each other, in a launch of its own (after ``launch_reference``), whose
+    ranks receive the harness, the test's rank code, the reference objects the test lends and
+    nothing else of the grader (``shipping``). Everything its ranks send back is unpickled under
+    ``restricted_unpickling``; anything but the judge's bytes is the submission's fault
+    (``rankside.StudentCodeFailed``, with ``rank``: the lowest rank that failed)."""
+    module = load_lab(lab)
+    spec = module.TESTS[test]
+    lent = {name: module.REFERENCE[name] for name in spec.substitutes}
+    refused = shipping.graded_objects(module, spec)
+    programs = shipping.programs(rankside.run_submission, (spec.run_case, lent, spec.world_size),
+                                 split_by_rank(spec, cases), refused, blob=blob, sources=sources)
     try:
         with restricted_unpickling():
-            raw = launch_each(rankside.run_submission,
-                              [(lab, test, seen, data, blob, sources) for seen, data in split_by_rank(spec, cases)],
-                              backend=backend, timeout=rank_timeout_s)
+            raw = launch_each(shipping.RUN, [(p,) for p in programs], backend=backend, timeout=rank_timeout_s)
     except pickle.UnpicklingError as exc:
         raise rankside.StudentCodeFailed(f"the ranks sent back what the grader refuses to unpickle ({exc})") from None
     try:
-        return _decoded(raw)
+        results = _decoded(raw)
     except Exception:
         raise rankside.StudentCodeFailed("the ranks sent back something other than the grader's results "
                                          "(code on the ranks changed the grader's own)") from None
+    for rank, result in enumerate(results):
+        if "failed" in result or "student" not in result:
+            raise _with_rank(rankside.StudentCodeFailed(str(result.get("failed", "no results"))), rank)
+    return results
 
 
 # ----- what a submission's ranks send back -------------------------------------------------------------
@@ -221,8 +243,9 @@ def launch_submission(lab: str, test: str, cases: list, blob: bytes, sources: di
 # in the judge. While a submission's ranks run, the judge unpickles their messages with an
 # unpickler that can rebuild builtin values and the judge's own exception, nothing else.
 
-#: (module, name) of the only classes a message from a submission's ranks may rebuild.
-SAFE_GLOBALS = frozenset({("grading.judge.rankside", "StudentCodeFailed")})
+#: (module, name) of the only classes a message from a submission's ranks may rebuild: none (their
+#: harness returns bytes, and says what went wrong in them).
+SAFE_GLOBALS = frozenset()
 
 
 class _RankMessageUnpickler(pickle.Unpickler):

@@ -8,9 +8,10 @@ Parts 2 and 3: each rank gets its own gradients at each of 3 steps, with two par
 of their own lr, betas and weight decay, and a frozen parameter; after step 2 the optimizer is
 rebuilt from its ``state_dict`` (a sharded checkpoint). After the steps every rank's parameters
 must equal ``torch.optim.AdamW`` run here, in float64, on the unsharded parameters with the mean
-gradient. The memory the optimizer holds is measured before the checkpoint and after the last
-step (``held_memory``: every tensor reachable from it, whatever its name, the parameters and
-their gradients left out) and must be m and v of this rank's shard: 2 x shard x 4 bytes per
+gradient. The memory the rank holds is measured before the checkpoint and after the last step
+(``held_memory.held_since``: every tensor the process holds that it did not hold before the
+optimizer was made, wherever it is kept, a module's globals included; the parameters, their
+gradients and the test's inputs left out) and must be m and v of this rank's shard: 2 x shard x 4 bytes per
 group, at most 2 slots (ceil(N / d)) + 64 bytes. The collectives of a step are counted against
 ``grading/reference/zero.py``.
 
@@ -35,9 +36,10 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from grading.judge.engine import Case, TestSpec
-from grading.judge.held_memory import held_storages, storages_of
+from grading.judge.held_memory import held_since, held_storages, mark, storages_of
 from grading.judge.rankside import SubmissionProblem
 from grading.reference import fsdp, zero
+from grading.reference.zero import adamw_update_
 
 WORLD_SIZE = 4
 DP_SIZES = (2, 4)
@@ -199,10 +201,12 @@ def _zero_expected(case, data):
                                              dtype=torch.float64)}} for rank in range(size)]
 
 
-def _state_bytes(optimizer, params: list, case, run):
-    """The optimizer's measured bytes (a tensor equal to the shards' 2 x shard x 4 bytes when within
-    2 slots + SMALL_BYTES of them), or a string saying how much more (or less) it holds."""
-    held = held_storages([optimizer], storages_of(params + [p.grad for p in params]))
+def _state_bytes(baseline: int, params: list, inputs: list, case, run):
+    """The bytes the process holds since ``baseline`` (``mark()`` before the optimizer was made),
+    the parameters, their gradients and the test's ``inputs`` left out: a tensor equal to the shards'
+    2 x shard x 4 bytes when within 2 slots + SMALL_BYTES of them, or a string saying how much more
+    (or less) it holds."""
+    held = held_since(baseline, storages_of(params + [p.grad for p in params] + inputs))
     measured = sum(held.values())
     numels = _trainable_numels(case, [p.shape for p in params])
     exact = sum(8 * _shard_lengths(n, run.group_size)[run.group_rank] for n in numels)
@@ -210,10 +214,10 @@ def _state_bytes(optimizer, params: list, case, run):
     if exact <= measured <= most:
         return torch.tensor([float(exact)], dtype=torch.float64)
     if measured < exact:
-        return (f"the optimizer holds {measured} bytes of tensors besides the parameters and their gradients, "
+        return (f"the rank holds {measured} bytes of tensors besides the parameters and their gradients, "
                 f"less than m and v of this rank's shard ({exact} bytes): where is Adam's state?")
-    return (f"the optimizer holds {measured} bytes of tensors besides the parameters and their gradients "
-            f"({len(held)} buffers, whatever their names), expected m and v of this rank's shard: {exact} bytes "
+    return (f"the rank holds {measured} bytes of tensors besides the parameters and their gradients "
+            f"({len(held)} buffers, wherever they are kept), expected m and v of this rank's shard: {exact} bytes "
             f"(at most {most}): it keeps state for more than its shard")
 
 
@@ -223,11 +227,12 @@ def _zero_run(objects, case, run, stage: int):
     optimizer_class = objects[f"ZeroStage{stage}AdamW"]
     make = lambda: optimizer_class(_param_groups(params, case), run.group, lr=LR, betas=BETAS, eps=EPS,  # noqa: E731
                                    weight_decay=WEIGHT_DECAY)
-    optimizer = make()
     grads = {i: run.tensor(f"g{i}") for i in range(count) if i != frozen}
+    baseline = mark()  # count what the process holds from before the optimizer exists
+    optimizer = make()
     for step in range(STEPS):
         if step == STEPS - 1:  # a sharded checkpoint: this rank's state, into a fresh optimizer
-            held_before = _state_bytes(optimizer, params, case, run)
+            held_before = _state_bytes(baseline, params, list(grads.values()), case, run)
             saved = optimizer.state_dict()
             optimizer = make()
             optimizer.load_state_dict(saved)
@@ -236,8 +241,9 @@ def _zero_run(objects, case, run, stage: int):
             params[i].grad = grad[step].clone()
         with run.phase("step"):
             optimizer.step()
+    kept = [held_before] if isinstance(held_before, torch.Tensor) else []
+    held_after = _state_bytes(baseline, params, list(grads.values()) + kept, case, run)
     result = run.result(torch.cat([p.detach().reshape(-1) for p in params]), None)
-    held_after = _state_bytes(optimizer, params, case, run)
     result["values"] = {_STATE: held_before if isinstance(held_before, str) else held_after}
     result["comm"]["step"] = {_SAME_KIND.get(op, op): calls for op, calls in result["comm"]["step"].items()}
     return result
@@ -363,7 +369,7 @@ def _zero3_run(objects, case, run):
         for shard in shards:
             if shard.grad is not None:
                 zeros = torch.zeros_like(shard)
-                zero.adamw_update_(shard, shard.grad, zeros, zeros.clone(), 1, LR, BETAS, EPS, WEIGHT_DECAY)
+                adamw_update_(shard, shard.grad, zeros, zeros.clone(), 1, LR, BETAS, EPS, WEIGHT_DECAY)
     result["values"] = {"shards after the AdamW step": torch.cat([s.detach().reshape(-1) for s in shards]).clone(),
                         _HELD: held}
     for phase in ("forward", "backward"):

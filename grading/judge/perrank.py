@@ -17,6 +17,10 @@ from labutils.pool import Pool
 from grading.judge.loopback import LoopbackMeter
 
 
+#: What a launch on NCCL does not check (the judge's log says it at every launch).
+NOT_CHECKED_ON_NCCL = ("on NCCL the ranks' traffic is not checked: NCCL moves payloads over NVLink/PCIe, not the "
+                       "sandbox's loopback, whose byte count then means nothing (a channel beside the process group "
+                       "goes unseen; grade on gloo, the default, for the complete check)")
 #: The memory cgroup the judge's sandboxed ranks run in (``server.sandbox_ranks`` sets it), or None.
 memory_cgroup = None
 
@@ -28,15 +32,17 @@ class RankResults(list):
     loopback_bytes: int | None = None
 
 
-def launch_each(fn, args_of_rank: list, *, backend: str = "auto", timeout: float) -> RankResults:
+def launch_each(fn, args_of_rank: list, *, backend: str = "gloo", timeout: float) -> RankResults:
     """Like ``labutils.launch(fn, len(args_of_rank), ...)``, rank r calling ``fn(*args_of_rank[r])``;
     the bytes the call sent over the ranks' loopback are counted from outside (the process group's
-    start, the same in every launch, is not)."""
+    start, the same in every launch, is not), on gloo only (``NOT_CHECKED_ON_NCCL``)."""
     __tracebackhide__ = True
     world_size = validate_world_size(len(args_of_rank))
     with Pool(world_size, backend=backend, timeout=timeout) as pool:
-        meter = LoopbackMeter.around(pool.starter_pid())
-        if meter is None and os.environ.get(RANK_WRAPPER_ENV):  # the judge's log: course grade's --log
+        meter = LoopbackMeter.around(pool.starter_pid()) if pool.backend == "gloo" else None
+        if pool.backend != "gloo":  # the judge's log: course grade's --log
+            print(f"judge: {NOT_CHECKED_ON_NCCL}", flush=True)
+        elif meter is None and os.environ.get(RANK_WRAPPER_ENV):
             print("judge: the sandboxed ranks' network traffic cannot be counted (no process of theirs in a "
                   "network namespace of its own is readable here): graded without the traffic check", flush=True)
         before = meter.read() if meter else None

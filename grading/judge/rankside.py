@@ -1,22 +1,22 @@
-"""The judge's code on the ranks: the reference and the submission, each in launches of its own.
+"""The judge's code on the ranks: the harness of the reference's launches and of a submission's.
 
-``run_reference`` runs the lab's reference kernels on every case of a test (their results
-and communication pattern are what the submission is compared with); ``run_submission``
-runs the submission on the same cases, in a *separate* ``labutils.launch``, so that no
-reference result ever exists in a process where submission code runs (code that walks up
-the stack to the judge's frames finds nothing to copy). Before the submission's blob is
-unpickled, ``disarm`` turns the grader's own answers for the test (the reference objects
-not lent to it as substitutes) and every test's expected-value function into stubs that
-raise, so that a submission that looks them up at run time (``sys.modules``) fails.
+Nothing here is imported on a rank: the judge ships these functions by value, in each rank's
+program (``shipping``), with the test's rank code and only the objects that launch may hold.
+``run_reference`` runs the lab's reference objects on every case of a test (their results and
+communication pattern are what the submission is compared with); ``run_submission`` runs the
+submission on the same cases in a launch of its own, whose ranks never held the reference: no
+reference object but those the test lends (its ``substitutes``), no reference result, no dense
+maths exists in a process where submission code runs, so neither ``sys.modules``, ``gc`` nor an
+import finds the grader there. ``enter_student_code`` marks the point past which submission code
+exists in the process.
 Each rank receives only its own inputs of each case (``TestSpec.rank_data``, cut by the judge),
 and its process groups run on the recording backend (``recording``), so ``CaseRun.phase`` knows
 every operation the rank's code asked for, with its bytes, whatever function made it.
-What goes back to the judge is ``torch.save`` bytes holding plain tensors, strings and
-counts; an error in submission code comes back as ``StudentCodeFailed`` carrying text only.
+What goes back to the judge is ``torch.save`` bytes holding plain tensors, strings and counts,
+read with ``weights_only=True``; what went wrong in submission code comes back as text.
 """
 from __future__ import annotations
 
-import importlib
 import io
 import re
 import sys
@@ -28,7 +28,7 @@ import torch.distributed as dist
 
 from labutils.rank import device as rank_device
 
-from grading.judge import recording
+from grading.judge.recording import install, log_position, since, summary
 
 #: Longest exception message quoted back to the student (characters).
 MAX_MESSAGE_CHARS = 300
@@ -154,10 +154,10 @@ class CaseRun:
         """Record what this rank communicated inside the block as phase ``name``, at its process
         group (``recording``): ``comm[name]`` {op: calls}, ``comm_bytes[name]`` {op: bytes} and
         ``messages[name]`` (every ``recording.Message``, in order)."""
-        start = recording.log_position()
+        start = log_position()
         yield
-        self.messages[name] = recording.since(start)
-        self.comm[name], self.comm_bytes[name] = recording.summary(self.messages[name])
+        self.messages[name] = since(start)
+        self.comm[name], self.comm_bytes[name] = summary(self.messages[name])
 
     def result(self, out, dx) -> dict:
         """The case's outcome on this rank: output, input gradient, parameter gradients, calls."""
@@ -184,10 +184,10 @@ def _groups_by_size(world_size: int, group_sizes: list) -> dict:
     return mine
 
 
-def _run_case(spec, objects: dict, case, data: dict, groups: dict) -> dict:
+def _run_case(run_case, objects: dict, case, data: dict, groups: dict) -> dict:
     rank = dist.get_rank()
     run = CaseRun(groups[case.group_size], rank % case.group_size, case.group_size, data)
-    return spec.run_case(objects, case, run)
+    return run_case(objects, case, run)
 
 
 def _by_value_namespaces(objects: dict) -> list:
@@ -251,11 +251,11 @@ def substitute(objects: dict, replacements: dict) -> None:
                 namespace[name] = replacement
 
 
-def _groups_for(spec, cases) -> dict:
+def _groups_for(world_size: int, cases) -> dict:
     """Every launch records at its process groups: the default one re-created on the recording
     backend first, then the groups of the cases on it."""
-    recording.install()
-    return _groups_by_size(spec.world_size, sorted({case.group_size for case in cases}))
+    install()
+    return _groups_by_size(world_size, sorted({case.group_size for case in cases}))
 
 
 def _as_bytes(payload: dict) -> bytes:
@@ -264,100 +264,46 @@ def _as_bytes(payload: dict) -> bytes:
     return buffer.getvalue()
 
 
-def run_reference(lab: str, test: str, cases: list, rank_data: list) -> bytes:
-    """Run the reference kernels of ``test`` on every case (``rank_data[i]``: this rank's inputs of
-    case i); torch.save bytes of {"reference": [...]}.
-    No submission code runs in this launch; a failure here is the judge's (``JudgeFailed``)."""
+def run_reference(run_case, reference: dict, world_size: int, cases: list, rank_data: list) -> bytes:
+    """Run the reference objects ``reference`` through the test's rank code ``run_case`` on every case
+    (``rank_data[i]``: this rank's inputs of case i); torch.save bytes of {"reference": [...]}, or of
+    {"judge_failed": text}: no submission code runs in this launch, a failure here is the judge's."""
     try:
-        module = importlib.import_module(f"grading.judge.{lab}")
-        spec = module.TESTS[test]
-        groups = _groups_for(spec, cases)
-        reference = [_run_case(spec, module.REFERENCE, case, data, groups) for case, data in zip(cases, rank_data)]
+        groups = _groups_for(world_size, cases)
+        results = [_run_case(run_case, reference, case, data, groups) for case, data in zip(cases, rank_data)]
     except BaseException as exc:
-        raise JudgeFailed("".join(traceback.format_exception(exc))[-2000:]) from None
-    return _as_bytes({"reference": reference})
+        return _as_bytes({"judge_failed": "".join(traceback.format_exception(exc))[-2000:]})
+    return _as_bytes({"reference": results})
 
 
-# ----- the grader's own code, made unusable where submission code runs ---------------------------
-
-def _disarmed_message(label: str) -> str:
-    return f"your code called the grader's own {label}: write your own"
-
-
-def _stub_code(label: str):
-    """A code object that raises instead of running (builtins only, no free variables: it can
-    replace the code of any function without a closure)."""
-    source = f"def disarmed(*args, **kwargs):\n    raise RuntimeError({_disarmed_message(label)!r})\n"
-    namespace: dict = {}
-    exec(compile(source, "<grader>", "exec"), {"__builtins__": __builtins__}, namespace)
-    return namespace["disarmed"].__code__
+def enter_student_code() -> None:
+    """The point past which submission code exists in this process: every call of a submission's
+    launch passes here once, after its process groups are made and before the blob is unpickled."""
 
 
-def _functions_of(obj) -> list:
-    """(owner, attribute name, plain function) for ``obj`` (a function) or every method of ``obj``
-    (a class: its own methods, static and class methods, property accessors)."""
-    if not isinstance(obj, type):
-        return [(None, None, obj)] if hasattr(obj, "__code__") else []
-    found = []
-    for name, attr in vars(obj).items():
-        if isinstance(attr, property):
-            found += [(None, None, f) for f in (attr.fget, attr.fset, attr.fdel) if f is not None]
-            continue
-        function = getattr(attr, "__func__", attr)
-        if hasattr(function, "__code__") and getattr(function, "__module__", None) == obj.__module__:
-            found.append((obj, name, function))
-    return found
-
-
-def _raiser(label: str):
-    def raiser(*args, **kwargs):
-        raise RuntimeError(_disarmed_message(label))
-    return raiser
-
-
-def disarm(module, spec) -> list:
-    """Replace, in this process, the body of every reference object of ``module`` that ``spec``
-    grades (the lab's answers: everything in ``REFERENCE`` but the substitutes) and of every
-    test's ``expected`` function with a stub that raises. Returns the labels disarmed."""
-    substitutes = {id(module.REFERENCE[name]) for name in spec.substitutes}
-    targets = [(name, obj) for name, obj in module.REFERENCE.items()
-               if name not in spec.substitutes and id(obj) not in substitutes]
-    targets += [(f"expected results of {test}", other.expected) for test, other in module.TESTS.items()]
-    disarmed = []
-    for label, obj in targets:
-        for owner, name, function in _functions_of(obj):
-            if function.__code__.co_freevars:  # a closure: its code cannot be swapped; hide it instead
-                if owner is not None:
-                    setattr(owner, name, _raiser(label))
-                continue
-            function.__code__ = _stub_code(label)
-        disarmed.append(label)
-    return disarmed
-
-
-def run_submission(lab: str, test: str, cases: list, rank_data: list, blob: bytes, sources: dict) -> bytes:
-    """Run the submission's objects (``blob``) on every case of ``test`` (``rank_data[i]``: this
-    rank's inputs of case i, nothing of the other ranks'); torch.save bytes of {"student": [...]}.
-    The grader's answers are disarmed before the blob is unpickled."""
-    module = importlib.import_module(f"grading.judge.{lab}")
-    spec = module.TESTS[test]
-    groups = _groups_for(spec, cases)
-    disarm(module, spec)
-    # Only from here on does submission code exist in this process.
+def run_submission(run_case, lent: dict, world_size: int, cases: list, rank_data: list, blob: bytes,
+                   sources: dict) -> bytes:
+    """Run the submission's objects (``blob``) through the test's rank code ``run_case`` on every case
+    (``rank_data[i]``: this rank's inputs of case i, nothing of the other ranks'), with ``lent``
+    (the reference objects of the parts this test does not grade) put in place of those names;
+    torch.save bytes of {"student": [...]}, or of {"failed": what went wrong, in the student's terms}."""
+    groups = _groups_for(world_size, cases)
+    enter_student_code()
     import cloudpickle
 
     try:
         objects = cloudpickle.loads(blob)
     except BaseException as exc:
-        raise StudentCodeFailed(f"your code could not be loaded on the ranks: {describe_exception(exc, sources)}") from None
+        return _as_bytes({"failed": f"your code could not be loaded on the ranks: {describe_exception(exc, sources)}"})
     borrowed = grader_code_in(objects)
     if borrowed:
-        raise StudentCodeFailed(f"your code uses the grader's own implementation: {borrowed}")
-    substitute(objects, {name: module.REFERENCE[name] for name in spec.substitutes})
+        return _as_bytes({"failed": f"your code uses the grader's own implementation: {borrowed}"})
+    substitute(objects, lent)
+    objects = {**lent, **objects}  # the test's rank code finds the lent objects by name too
     student = []
     for case, data in zip(cases, rank_data):
         try:
-            student.append(_run_case(spec, objects, case, data, groups))
+            student.append(_run_case(run_case, objects, case, data, groups))
         except BaseException as exc:
-            raise StudentCodeFailed(f"{case.name}: {describe_exception(exc, sources)}") from None
+            return _as_bytes({"failed": f"{case.name}: {describe_exception(exc, sources)}"})
     return _as_bytes({"student": student})

@@ -21,7 +21,6 @@ backend, or open a channel of its own (see grading/README.md, "What this does no
 """
 from __future__ import annotations
 
-import threading
 from datetime import timedelta
 from typing import NamedTuple
 
@@ -30,7 +29,6 @@ import torch.distributed as dist
 from torch.distributed import distributed_c10d
 
 BACKEND_NAME = "judged"
-_lock = threading.Lock()
 #: Every operation of this process, in the order the ranks' code asked for them.
 _log: list = []
 
@@ -81,18 +79,18 @@ def _nbytes(value) -> int:
 class RecordingProcessGroup(dist.ProcessGroup):
     """A process group that records each operation (``Message``) and runs it on ``inner``."""
 
-    def __init__(self, inner, rank: int, size: int, global_ranks: list):
+    def __init__(self, inner, rank: int, size: int, global_ranks: list, device_type: str = "cpu"):
         super().__init__(rank, size)
         # the default group is told no ranks: its group ranks are the global ones
         self._inner, self._global_ranks = inner, list(global_ranks) or list(range(size))
+        self._device_type = device_type
 
     def getBackendName(self) -> str:
         return BACKEND_NAME
 
     def _note(self, op: str, nbytes: int, peer: int | None = None) -> None:
         peer_global = self._global_ranks[peer] if peer is not None and 0 <= peer < len(self._global_ranks) else None
-        with _lock:
-            _log.append(Message(op, int(nbytes), peer_global, self.size()))
+        _log.append(Message(op, int(nbytes), peer_global, self.size()))  # one append: atomic under the GIL
 
     def _run(self, method: str, *args, opts=None):
         function = getattr(self._inner, method)
@@ -112,7 +110,7 @@ class RecordingProcessGroup(dist.ProcessGroup):
 
     def all_gather_single(self, output, input, opts=None):
         self._note("all_gather", _nbytes(input))
-        return self._run("_allgather_base", output, input, opts=opts)
+        return self._run("_allgather_base", *_flat_pair(output, input), opts=opts)
 
     _allgather_base = all_gather_single
 
@@ -122,7 +120,8 @@ class RecordingProcessGroup(dist.ProcessGroup):
 
     def reduce_scatter_single(self, output, input, opts=None):
         self._note("reduce_scatter", _nbytes(input))
-        return self._run("_reduce_scatter_base", output, input, opts=opts)
+        flat_input, flat_output = _flat_pair(input, output)
+        return self._run("_reduce_scatter_base", flat_output, flat_input, opts=opts)
 
     _reduce_scatter_base = reduce_scatter_single
 
@@ -168,6 +167,38 @@ class RecordingProcessGroup(dist.ProcessGroup):
         self._note("barrier", 0)
         return self._inner.barrier() if opts is None else self._inner.barrier(opts)
 
+    # ----- what torch asks of a group beside its operations -----
+    @property
+    def _device_types(self) -> list:
+        """The one device type of the wrapped backend (object collectives and barrier pick it)."""
+        return [torch.device(self._device_type)]
+
+    def _get_backend(self, device=None):
+        """The wrapped backend (torch reads it for splitting, eager connection and coalescing)."""
+        return self._inner
+
+    @property
+    def supports_coalescing(self) -> bool:
+        return bool(getattr(self._inner, "supports_coalescing", False))
+
+    def _start_coalescing(self, device):
+        return self._inner._start_coalescing(device)
+
+    def _end_coalescing(self, device):
+        return self._inner._end_coalescing(device)
+
+
+def _flat_pair(whole, part):
+    """(``whole``, ``part``) as 1-D views when ``whole`` is contiguous and holds group-size parts.
+
+    ``all_gather_into_tensor`` and ``reduce_scatter_tensor`` concatenate in memory order: NCCL
+    accepts a ``whole`` of any shape with the right number of elements (``(world, *part.shape)``
+    as well as ``(world * part.shape[0], ...)``), gloo only the second ("invalid tensor size at
+    index 0"). Flat views make every shape NCCL runs also run on gloo, with the same bytes."""
+    if whole.is_contiguous() and part.is_contiguous() and part.numel() and whole.numel() % part.numel() == 0:
+        return whole.view(-1), part.view(-1)
+    return whole, part
+
 
 def _make_inner(kind: str, options):
     """The real backend of one group, built as ``distributed_c10d`` builds gloo's and NCCL's
@@ -178,15 +209,48 @@ def _make_inner(kind: str, options):
         nccl_options._timeout = options.timeout
         nccl_options.global_ranks_in_group = options.global_ranks_in_group
         nccl_options.group_name = options.group_id
-        return dist.ProcessGroupNCCL(options.store, options.group_rank, options.group_size, nccl_options)
+        inner = dist.ProcessGroupNCCL(options.store, options.group_rank, options.group_size, nccl_options)
+        # the group's communicator now, on the rank's device, while every member is creating the group
+        inner.eager_connect_single_device(torch.device("cuda", torch.cuda.current_device()))
+        return inner
     return dist.ProcessGroupGloo(options.store, options.group_rank, options.group_size, options.timeout)
 
 
 def _creator(kind: str):
     def create(options, _backend_options):
         inner = _make_inner(kind, options)
-        return RecordingProcessGroup(inner, options.group_rank, options.group_size, options.global_ranks_in_group)
+        return RecordingProcessGroup(inner, options.group_rank, options.group_size, options.global_ranks_in_group,
+                                     "cuda" if kind == "nccl" else "cpu")
     return create
+
+
+def batch_isend_irecv(p2p_op_list):
+    """``dist.batch_isend_irecv`` that also coalesces on a recording group. torch coalesces only when
+    ``type(group) is ProcessGroup``; a ring's isend right and irecv left on NCCL must run as one
+    group of operations (on the group's own communicator), or each rank waits for its right-hand
+    neighbour, which waits for its own. Each operation is still recorded, one by one."""
+    group = p2p_op_list[0].group if p2p_op_list else None
+    group = group if group is not None else (distributed_c10d._get_default_group() if p2p_op_list else None)
+    if not isinstance(group, RecordingProcessGroup) or not group.supports_coalescing:
+        return _torch_batch_isend_irecv(p2p_op_list)
+    distributed_c10d._check_p2p_op_list(p2p_op_list)
+    with distributed_c10d._coalescing_manager(group, p2p_op_list[0].tensor.device, async_ops=True) as manager:
+        for op in p2p_op_list:
+            peer = {"group_dst" if op.op is distributed_c10d.isend else "group_src": op.group_peer}
+            op.op(op.tensor, group=op.group, tag=op.tag, **peer)
+    return manager.works
+
+
+_torch_batch_isend_irecv = distributed_c10d.batch_isend_irecv
+
+
+def _init_options(kind: str) -> dict:
+    """What ``init_process_group`` is told beside the store: on NCCL the rank's device
+    (``device_id``), so that the world's communicator is made at once, every group split from it,
+    and no communicator is left to be built lazily by the first send/recv between two ranks."""
+    if kind != "nccl":
+        return {}
+    return {"device_id": torch.device("cuda", torch.cuda.current_device())}
 
 
 def install() -> None:
@@ -202,5 +266,9 @@ def install() -> None:
     if BACKEND_NAME.upper() not in dist.Backend._plugins:
         dist.Backend.register_backend(BACKEND_NAME, _creator(kind), extended_api=True,
                                       devices=["cuda"] if kind == "nccl" else ["cpu"])
+    options = _init_options(kind)
     dist.init_process_group(BACKEND_NAME, store=dist.PrefixStore(BACKEND_NAME, store), rank=rank,
-                            world_size=world_size, timeout=timedelta(seconds=1800))
+                            world_size=world_size, timeout=timedelta(seconds=1800), **options)
+    if "device_id" in options:  # torch bound it to a group it then replaced with ours
+        distributed_c10d._get_default_group().bound_device_id = options["device_id"]
+    dist.batch_isend_irecv = distributed_c10d.batch_isend_irecv = batch_isend_irecv

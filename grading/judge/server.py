@@ -207,7 +207,9 @@ def main(argv=None) -> int:
     mode.add_argument("--stdio", action="store_true", help="serve one kernel over stdin/stdout")
     mode.add_argument("--service", action="store_true", help="serve kernels over Unix sockets for course grade")
     parser.add_argument("--rank-timeout", type=float, default=60.0, help="seconds one test's ranks may run")
-    parser.add_argument("--backend", default="auto", choices=["auto", "gloo", "nccl"])
+    parser.add_argument("--backend", default="gloo", choices=["gloo", "nccl"],
+                        help="the ranks' backend: gloo (default: CPU tensors, the traffic check complete) or nccl "
+                             "(one GPU per rank; the loopback byte count is not checked there)")
     parser.add_argument("--log", help="file for the judge's and the ranks' output (default: discarded)")
     parser.add_argument("--sandbox-dir", help="run the ranks in a bubblewrap sandbox with this folder as "
                                               "their only writable place (course grade; default: no sandbox)")
