@@ -22,8 +22,19 @@ $(STAMP): pyproject.toml
 	@command -v bwrap >/dev/null || { if command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ]; then apt-get install -y -q bubblewrap; else echo "course grade needs bubblewrap: sudo apt-get install bubblewrap"; fi; }
 	touch $@
 
-test: $(STAMP)
+test: $(STAMP) slurm-deps
 	$(BIN)/python -m pytest -q
+
+# Debian's Slurm (munge, slurmctld, slurmd, the client commands) for the tests' one-node cluster
+# (tests/slurm_cluster.py), installed as root with apt; elsewhere one line, and those tests skip.
+SLURM_PACKAGES := munge slurmctld slurmd slurm-client
+.PHONY: slurm-deps
+slurm-deps:
+	@if [ -x /usr/sbin/slurmd ] && [ -x /usr/sbin/slurmctld ] && [ -x /usr/sbin/munged ] && command -v sbatch >/dev/null; then :; \
+	elif command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ]; then \
+	  export DEBIAN_FRONTEND=noninteractive; apt-get install -y -q --no-install-recommends $(SLURM_PACKAGES) \
+	  || { apt-get update -q && apt-get install -y -q --no-install-recommends $(SLURM_PACKAGES); }; \
+	else echo "the Slurm tests skip: they need $(SLURM_PACKAGES) (sudo apt-get install $(SLURM_PACKAGES))"; fi
 
 nightly: $(STAMP)
 	$(BIN)/course nightly $(NIGHTLY_ARGS)
