@@ -2,14 +2,16 @@
 ``labutils/data/slurm/labutils_run.sbatch`` running a rank function on 2 node agents."""
 from __future__ import annotations
 
-import os
+import json
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
 
-from slurm_cluster import FAKE_GPUS, SlurmCluster, missing, run
+from slurm_cluster import FAKE_GPUS, PARTITION, SlurmCluster, missing, run
 
 REPO = Path(__file__).resolve().parents[1]
 SBATCH_SCRIPT = REPO / "labutils" / "data" / "slurm" / "labutils_run.sbatch"
@@ -66,3 +68,24 @@ def test_the_sbatch_script_says_what_it_needs(slurm, tmp_path):
     result = run(slurm, ["sbatch", "--wait", f"--output={tmp_path}/job.out", str(SBATCH_SCRIPT)])
     assert result.returncode != 0
     assert "usage: sbatch [options]" in (tmp_path / "job.out").read_text()
+
+
+def test_the_nightly_runs_as_a_batch_job_and_reports_as_on_one_node(slurm, tmp_path):
+    course = tmp_path / "course"
+    (course / "notebooks").mkdir(parents=True)
+    shutil.copy(REPO / "tests" / "nightly_fixtures" / "passing.ipynb", course / "notebooks" / "passing.ipynb")
+    done = run(slurm, [sys.executable, "-m", "grading", "nightly", "passing", "--root", str(course), "--out",
+                       str(tmp_path / "run"), "--quick", "--world-size", "2", "--backend", "gloo", "--no-grading",
+                       "--slurm", PARTITION], cwd=REPO)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "ended with exit status 0" in done.stderr
+    results = json.loads((tmp_path / "run" / "results.json").read_text())["results"]
+    assert [(r["name"], r["status"]) for r in results] == [("notebooks/passing.ipynb", "passed")]
+    outputs = list((tmp_path / "run" / "slurm").glob("slurm-*.out"))
+    assert len(outputs) == 1  # the nightly's own output, written by the job
+
+
+def test_sbatch_option_without_slurm_is_a_usage_error(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "grading", "nightly", "--sbatch-option=--time=1"], cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "--sbatch-option goes with --slurm PARTITION" in done.stderr
