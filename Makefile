@@ -27,9 +27,14 @@ test: $(STAMP) slurm-deps
 
 # Debian's Slurm (munge, slurmctld, slurmd, the client commands) for the tests' one-node cluster
 # (tests/slurm_cluster.py), installed as root with apt; elsewhere one line, and those tests skip.
+# Also batchspawner (the hub's SlurmSpawner), whose tests run in the course's venv.
 SLURM_PACKAGES := munge slurmctld slurmd slurm-client
+SLURM_STAMP    := $(VENV)/.slurm-installed
+$(SLURM_STAMP): pyproject.toml $(STAMP)
+	$(BIN)/python -m pip install -q -e '.[slurm]'
+	touch $@
 .PHONY: slurm-deps
-slurm-deps:
+slurm-deps: $(SLURM_STAMP)
 	@if [ -x /usr/sbin/slurmd ] && [ -x /usr/sbin/slurmctld ] && [ -x /usr/sbin/munged ] && command -v sbatch >/dev/null; then :; \
 	elif command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ]; then \
 	  export DEBIAN_FRONTEND=noninteractive; apt-get install -y -q --no-install-recommends $(SLURM_PACKAGES) \
@@ -72,8 +77,9 @@ student: $(STAMP)
 
 # The course's JupyterHub on a shared node (grading/hub/course_hub.toml): run as root, with a
 # course environment every account can read, e.g. sudo make hub VENV=/opt/multigpu PYTHON=/usr/bin/python3
+# (batchspawner comes too: spawner = "slurm" in course_hub.toml makes every server a Slurm job)
 hub: $(STAMP)
-	$(BIN)/python -m pip install -q -e '.[hub]'
+	$(BIN)/python -m pip install -q -e '.[hub,slurm]'
 	$(BIN)/course hub
 
 bench: $(STAMP)
