@@ -5,7 +5,7 @@ their process ids.
     with SlurmCluster(tmp_path) as cluster:
         subprocess.run(["sbatch", ...], env=cluster.env)
 
-The node has this machine's CPUs, is named ``course-node`` (address 127.0.0.1) and offers
+The node has this machine's CPUs, is named after this host (address 127.0.0.1) and offers
 ``FAKE_GPUS`` GPUs of type ``fake`` through GRES: character devices like /dev/null in the temporary
 folder stand in for /dev/nvidiaN, so Slurm hands jobs their indices in ``CUDA_VISIBLE_DEVICES`` while nothing is a
 GPU. ``missing()`` says in one line why no cluster can start here (packages not installed).
@@ -19,7 +19,8 @@ import stat
 import subprocess
 import time
 
-NODE = "course-node"
+#: The node is named after this host, so the hub reaches a server at the name Slurm reports.
+NODE = socket.gethostname().split(".")[0]
 PARTITION = "course"
 FAKE_GPUS = 2
 DAEMONS = ("munged", "slurmctld", "slurmd")
@@ -75,7 +76,7 @@ class SlurmCluster:
         with open(os.open(self.path("munge-key", "munge.key"), os.O_WRONLY | os.O_CREAT, 0o600), "wb") as f:
             f.write(os.urandom(128))  # this cluster's own key
         lines = [
-            "ClusterName=course", f"SlurmctldHost={socket.gethostname().split('.')[0]}(127.0.0.1)", "MailProg=/bin/true",
+            "ClusterName=course", f"SlurmctldHost={NODE}(127.0.0.1)", "MailProg=/bin/true",
             "SlurmUser=root", "SlurmdUser=root", "AuthType=auth/munge", "CredType=cred/munge",
             f"AuthInfo=socket={self.path('munge', 'socket')}",
             f"SlurmctldPort={_free_port()}", f"SlurmdPort={_free_port()}",

@@ -21,7 +21,7 @@ import pytest
 
 from grading.hub import start
 from grading.hub.slurm_spawner import gres_request
-from slurm_cluster import PARTITION, SlurmCluster, missing
+from slurm_cluster import NODE, PARTITION, SlurmCluster, missing
 
 batchspawner = pytest.importorskip("batchspawner", reason="batchspawner is installed by make slurm-deps")
 
@@ -118,7 +118,7 @@ def test_a_students_server_job_gets_its_gpu_and_the_hubs_environment(slurm, tmp_
     async def scenario() -> None:
         assert await spawner.submit_batch_script()
         await _until(running, what="the server's job to run")
-        assert spawner.state_gethost() == "course-node"
+        assert spawner.state_gethost() == NODE
         await _until(lambda: asyncio.sleep(0, probe.exists()), what="the probe's environment file")
         await spawner.cancel_batch_job()
         await _until(gone, what="the cancelled job to leave the queue")

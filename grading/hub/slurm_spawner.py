@@ -87,7 +87,9 @@ def configure(c, settings: dict, python: str) -> None:
     # the hub runs as root (course hub): it submits each job as the student with runuser, no sudoers entry
     runuser = shutil.which("runuser", path="/usr/sbin:/sbin:/usr/bin:/bin") or "runuser"  # the servers' PATH has no sbin
     c.SlurmSpawner.exec_prefix = slurm.get("exec_prefix", f"{runuser} -u {{username}} --")
+    # batchspawner-singleuser reports the server's port to the hub, then runs the script named next
     c.SlurmSpawner.batchspawner_singleuser_cmd = str(Path(python).parent / "batchspawner-singleuser")
+    c.SlurmSpawner.cmd = [str(Path(python).parent / "jupyterhub-singleuser")]
     c.SlurmSpawner.start_timeout = int(slurm.get("start_timeout", DEFAULT_START_TIMEOUT_S))
     c.SlurmSpawner.http_timeout = int(slurm.get("start_timeout", DEFAULT_START_TIMEOUT_S))
 
