@@ -43,7 +43,8 @@ def _task_output(work: str, task: int) -> str:
     outs = sorted((os.path.join(folder, n) for n in os.listdir(folder) if n.startswith("slurm-")), key=os.path.getmtime)
     if not outs:
         return f"{folder} (no output: the task never started)"
-    lines = [line for line in open(outs[-1], errors="replace").read().splitlines() if line.strip()]
+    with open(outs[-1], errors="replace") as f:
+        lines = [line for line in f.read().splitlines() if line.strip()]
     return f"{outs[-1]}" + (f": {lines[-1][:300]}" if lines else "")
 
 
