@@ -23,10 +23,26 @@ $(STAMP): pyproject.toml
 	touch $@
 
 # Tests run on TEST_WORKERS parallel workers (most wait on ranks and kernels in subprocesses);
-# each file, the chapters' QUICK run and the hub's tests stay whole on one worker.
+# each file, the chapters' QUICK run, the hub's tests and the Slurm cluster's stay whole on one worker.
 TEST_WORKERS ?= 2
-test: $(STAMP)
+test: $(STAMP) slurm-deps
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
+
+# Debian's Slurm (munge, slurmctld, slurmd, the client commands) for the tests' one-node cluster
+# (tests/slurm_cluster.py), installed as root with apt; elsewhere one line, and those tests skip.
+# Also batchspawner (the hub's SlurmSpawner), whose tests run in the course's venv.
+SLURM_PACKAGES := munge slurmctld slurmd slurm-client
+SLURM_STAMP    := $(VENV)/.slurm-installed
+$(SLURM_STAMP): pyproject.toml $(STAMP)
+	$(BIN)/python -m pip install -q -e '.[slurm]'
+	touch $@
+.PHONY: slurm-deps
+slurm-deps: $(SLURM_STAMP)
+	@if [ -x /usr/sbin/slurmd ] && [ -x /usr/sbin/slurmctld ] && [ -x /usr/sbin/munged ] && command -v sbatch >/dev/null; then :; \
+	elif command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ]; then \
+	  export DEBIAN_FRONTEND=noninteractive; apt-get install -y -q --no-install-recommends $(SLURM_PACKAGES) \
+	  || { apt-get update -q && apt-get install -y -q --no-install-recommends $(SLURM_PACKAGES); }; \
+	else echo "the Slurm tests skip: they need $(SLURM_PACKAGES) (sudo apt-get install $(SLURM_PACKAGES))"; fi
 
 nightly: $(STAMP)
 	$(BIN)/course nightly $(NIGHTLY_ARGS)
@@ -64,8 +80,9 @@ student: $(STAMP)
 
 # The course's JupyterHub on a shared node (grading/hub/course_hub.toml): run as root, with a
 # course environment every account can read, e.g. sudo make hub VENV=/opt/multigpu PYTHON=/usr/bin/python3
+# (batchspawner comes too: spawner = "slurm" in course_hub.toml makes every server a Slurm job)
 hub: $(STAMP)
-	$(BIN)/python -m pip install -q -e '.[hub]'
+	$(BIN)/python -m pip install -q -e '.[hub,slurm]'
 	$(BIN)/course hub
 
 bench: $(STAMP)

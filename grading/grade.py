@@ -69,6 +69,9 @@ def add_arguments(parser) -> None:
                              "node, where CUDA's address-space reservations rule RLIMIT_AS out")
     parser.add_argument("--grading-dir", help="the instructors' grading/ folder of the course to grade with "
                                               "(default: this grading package's)")
+    from grading.slurm.grade import add_arguments as add_slurm_arguments
+
+    add_slurm_arguments(parser)  # --slurm PARTITION --shards K: a job array (grading.slurm)
 
 
 class ProgressBar:
@@ -139,6 +142,10 @@ def main(args) -> int:
     from grading.autograder.report import summary_lines, write_report
     from grading.autograder.runner import GradeOptions, grade_class
 
+    if args.slurm or args.shards or args.sbatch_option:
+        from grading.slurm.grade import grade_on_slurm
+
+        return grade_on_slurm(args)
     course_root = _check_options(args)
     course_dir = args.course_dir or os.path.join(course_root, "build", "grading")
     options = GradeOptions(args.lab, args.submissions, course_dir, workers=args.workers,

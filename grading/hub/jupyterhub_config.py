@@ -13,7 +13,7 @@ import os
 import tomllib
 from pathlib import Path
 
-from grading.hub import gpus
+from grading.hub import gpus, slurm_spawner
 from labutils.jupyter_check import COURSE_JUPYTER_CONFIG
 
 hub_dir = Path(gpus.__file__).resolve().parent
@@ -21,6 +21,7 @@ settings = tomllib.loads(Path(os.environ["COURSE_HUB_CONFIG"]).read_text())
 state_dir = Path(os.environ["COURSE_HUB_STATE"])
 node = gpus.discover()
 roster = list(settings["students"])
+on_slurm = slurm_spawner.spawner_kind(settings) == "slurm"  # spawner = "slurm": a Slurm job per server
 
 c = get_config()  # noqa: F821 (defined by traitlets when it loads this file)
 c.JupyterHub.ip = settings.get("ip", "127.0.0.1")
@@ -44,6 +45,8 @@ c.Spawner.environment = {
     "COURSE_ID": settings.get("course_id", "multigpu"),
     "PATH": f"{Path(os.environ['COURSE_HUB_PYTHON']).parent}:/usr/local/bin:/usr/bin:/bin",
 }
+if on_slurm:
+    slurm_spawner.configure(c, settings, os.environ["COURSE_HUB_PYTHON"])
 
 
 def configure_server(spawner):
@@ -54,6 +57,8 @@ def configure_server(spawner):
     role = "student" if name in roster else "instructor"
     config_path = os.pathsep.join([str(hub_dir / f"{role}_config"), str(COURSE_JUPYTER_CONFIG)])  # first wins
     environment = {**spawner.environment, "JUPYTER_CONFIG_PATH": config_path}
+    if on_slurm:
+        return slurm_spawner.prepare_server(spawner, role, environment, settings.get("gpus", {}))
     if role == "instructor":
         spawner.environment = environment
         return

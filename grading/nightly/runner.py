@@ -287,12 +287,19 @@ def add_arguments(parser) -> None:
     parser.add_argument("--site", action="store_true",
                         help="when everything passed, rebuild the course website build/site/ from this run "
                              "(course site); the report links to it")
+    from grading.slurm.nightly import add_arguments as add_slurm_arguments
+
+    add_slurm_arguments(parser)  # --slurm PARTITION: the nightly as a batch job (grading.slurm)
 
 
 def main(args) -> int:
     """``course nightly``: 0 when everything passed, 1 when anything failed, 130 when interrupted."""
     from grading.cli import UsageError
 
+    if args.slurm or args.sbatch_option:
+        from grading.slurm.nightly import nightly_on_slurm
+
+        return nightly_on_slurm(args)
     try:
         if args.list:
             return _list(Path(args.root))
