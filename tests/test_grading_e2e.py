@@ -342,3 +342,63 @@ def test_feedback_names_a_helper_file_and_repaired_metadata_and_quotes_no_grader
 def test_each_attack_hits_its_wall(graded, student, cell, wall):
     lines = graded["parts"][student][cell]["lines"]
     assert any(wall in line for line in lines), lines
+
+
+#: A submission whose cells print bombs after Part 1: an 8 MB line, 50 MB in 1 MiB writes, a display
+#: of JSON nested 600 levels deep. Every part still runs and scores; the outputs are cut.
+OUTPUT_BOMBS = parse_fixture("output_bombs", """# %% insert: f
+import sys
+
+print("x" * (8 * 2**20))
+for _ in range(50):
+    sys.stdout.write("y" * 2**20)
+_deep = "bottom"
+for _ in range(600):
+    _deep = {"down": _deep}
+display({"application/json": _deep}, raw=True)
+""")
+#: Handed-in files that are no gradable notebook: {student: file text}.
+NOT_NOTEBOOKS = {
+    "not_json": "print('a script, not a notebook')\n",
+    "truncated": None,  # the solution cut half-way
+    "schema_invalid": json.dumps({"nbformat": 4, "nbformat_minor": 5, "metadata": {},
+                                  "cells": [{"cell_type": "code", "source": 3, "metadata": {}}]}),
+    "many_cells": json.dumps({"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": [
+        {"cell_type": "markdown", "id": f"c{i}", "metadata": {}, "source": "x"} for i in range(10**5)]}),
+}
+
+
+def test_bad_notebooks_and_output_bombs_cost_only_their_owners(tmp_path):
+    solution, _ = _notebooks()
+    submissions = tmp_path / "submissions"
+    _write(submissions, "solution", solution)
+    _write(submissions, "output_bombs", apply_fixture(solution, OUTPUT_BOMBS))
+    with_outputs = nbformat.from_dict(json.loads(nbformat.writes(solution)))
+    [cell for cell in with_outputs.cells if cell.cell_type == "code"][-1].outputs = [nbformat.v4.new_output("stream", name="stdout", text="o" * (50 * 2**20))]
+    _write(submissions, "outputs_handed_in", with_outputs)
+    for student, text in NOT_NOTEBOOKS.items():
+        (submissions / student).mkdir()
+        full = nbformat.writes(solution)
+        (submissions / student / f"{LAB}.ipynb").write_text(full[:len(full) // 2] if text is None else text)
+    (submissions / "unreadable").mkdir()
+    os.symlink("/no/such/notebook", submissions / "unreadable" / f"{LAB}.ipynb")
+    course = str(tmp_path / "course")
+    done = subprocess.run([sys.executable, "-m", "grading", "grade", LAB, str(submissions), "--course-dir", course,
+                           "--workers", "2", "--rank-timeout", "10", "--cell-timeout", "120"],
+                          capture_output=True, text=True, timeout=900, cwd=REPO)
+    assert done.returncode == 0, done.stdout + done.stderr
+    with open(os.path.join(course, "reports", f"{LAB}.json")) as f:
+        report = {s["student"]: s for s in json.load(f)["submissions"]}
+    scores = _gradebook_scores(course)
+    assert scores["solution"] == scores["output_bombs"] == scores["outputs_handed_in"] == POINTS
+    assert any("output cut by the grader" in item for item in report["output_bombs"]["attention"])
+    assert any("50.0 MiB of outputs: dropped" in item for item in report["outputs_handed_in"]["attention"])
+    with open(os.path.join(course, "grades.csv")) as f:
+        rows = {row["student_id"]: float(row["score"]) for row in csv.DictReader(f)}
+    refused = [*NOT_NOTEBOOKS, "unreadable"]
+    assert rows == {"solution": 16, "output_bombs": 16, "outputs_handed_in": 16, **{s: 0.0 for s in refused}}
+    for student in refused:
+        assert report[student]["points"] == 0 and "not graded (scores zero)" in report[student]["failure"]
+    for student in rows:
+        page = os.path.join(course, "feedback", student, LAB, f"{LAB}.html")
+        assert os.path.getsize(page) < 2 * 2**20, student
