@@ -25,8 +25,11 @@ START_METHOD_ENV = "LABUTILS_START_METHOD"
 
 
 def judge_environment(env: dict) -> dict:
-    """The judge's environment: ``env`` without ``START_METHOD_ENV``."""
-    return {name: value for name, value in env.items() if name != START_METHOD_ENV}
+    """The judge's environment: ``env`` without ``START_METHOD_ENV``, NCCL's as its sandboxed ranks need
+    it (``sandbox.nccl_environment``: each rank takes the judge's environment again as it starts)."""
+    from grading.autograder.sandbox import nccl_environment
+
+    return nccl_environment({name: value for name, value in env.items() if name != START_METHOD_ENV})
 
 
 class JudgeServiceFailed(RuntimeError):

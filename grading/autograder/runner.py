@@ -45,6 +45,8 @@ from grading.paths import COURSE_ROOT
 
 NOT_JUDGED_LINE = ("✗ not graded: this cell never reached the grader (an error before it, a timeout, "
                    "or a kernel that died)")
+#: Characters of nbgrader's log of one submission kept in ``logs/LAB/STUDENT.log`` (its last ones).
+MAX_LOG_CHARS = 2**20
 #: Error names in an autograded notebook that the report lists (cell timeouts, dead kernels).
 NOTABLE_ERRORS = ("CellTimeoutError", KERNEL_DIED)
 
@@ -220,11 +222,11 @@ def _autograde(student: str, service: JudgeService, worker: AutogradeWorker, opt
         spec = submission_spec(sandbox_root, student, options.course_root, socket_path, memory_limit_gib,
                                on_gpu=options.backend != "gloo" and bool(gpu_devices()),
                                hidden=(options.course_dir, os.path.abspath(options.submissions_dir)),
-                               cgroup_procs=cgroup_procs)
+                               cgroup_procs=cgroup_procs, output_log=log_path[:-len(".log")] + ".kernel.log")
         result = worker.autograde(options.lab, student, {"LAB_JUDGE_SOCKET": socket_path,
                                                          SANDBOX_ENV: spec.to_env()}, options.submission_timeout_s)
-        with open(log_path, "w") as log:
-            log.write(result.get("log", "") + result.get("error", ""))
+        with open(log_path, "w") as log:  # its tail: nbgrader's log quotes what the cells printed
+            log.write((result.get("log", "") + result.get("error", ""))[-MAX_LOG_CHARS:])
         if not result.get("success"):
             outcome.failure = f"nbgrader autograde failed; see {log_path}"
     except WorkerTimeout as exc:

@@ -28,6 +28,7 @@ import torch.distributed as dist
 
 from labutils.rank import device as rank_device
 
+from grading.autograder.rank_isolation import isolate
 from grading.judge import recording
 
 #: Longest exception message quoted back to the student (characters).
@@ -343,6 +344,7 @@ def run_submission(lab: str, test: str, cases: list, rank_data: list, blob: byte
     spec = module.TESTS[test]
     groups = _groups_for(spec, cases)
     disarm(module, spec)
+    isolate(nccl=rank_device().type == "cuda")  # no channel to a sibling rank but the counted one
     # Only from here on does submission code exist in this process.
     import cloudpickle
 
