@@ -44,7 +44,9 @@ RED_TEAM = {"red_team_on_the_grader": ("prints_the_grader", "reads_the_reference
                                        "shares_memory_to_escape_the_cap", "sends_beside_the_process_group"),
             "red_team_on_classmates": ("reloads_the_reference", "attacks_classmates", "outlives_grading",
                                        "peeks_from_a_helper_file"),
-            "red_team_fair_to_correct_code": ("edits_its_own_metadata", "hands_in_a_helper_file")}
+            "red_team_fair_to_correct_code": ("edits_its_own_metadata", "hands_in_a_helper_file"),
+            "red_team_on_privacy_and_channels": ("reads_classmates_leftovers", "sums_through_shared_files",
+                                                 "sums_over_abstract_sockets")}
 #: In the command line of every process a red-team attack starts.
 DAEMON_MARK = "red-team-daemon"
 
@@ -183,10 +185,15 @@ def test_a_hung_rank_times_out_within_the_rank_timeout_and_the_rest_is_graded(gr
 
 
 def test_a_memory_hog_fails_within_the_memory_cap_and_the_rest_is_graded(graded):
+    """What the student sees, whichever wall stops the hog first on a loaded machine: the memory cap
+    (an allocation fails) or the rank timeout."""
     hog = graded["submissions"]["memory_hog"]
-    (line, *_) = graded["parts"]["memory_hog"]["test_parallel_mlp"]["lines"]
-    assert "allocate memory" in line, line
-    assert hog["seconds"] < 120 and not any("KernelDied" in item for item in hog["attention"])
+    parts = graded["parts"]["memory_hog"]
+    (line, *_) = parts["test_parallel_mlp"]["lines"]
+    assert parts["test_parallel_mlp"]["points"] == 0 and parts["test_parallel_mlp"]["status"] == "failed"
+    assert any(wall in line for wall in ("allocate memory", "memory cap", "timed out")), line
+    assert all(p["points"] == POINTS[cell] for cell, p in parts.items() if cell != "test_parallel_mlp")
+    assert not any("KernelDied" in item for item in hog["attention"])
 
 
 def test_a_dead_kernel_keeps_the_parts_before_it(graded):
@@ -202,7 +209,7 @@ def test_feedback_never_shows_hidden_tests_but_says_what_failed(graded):
             page = html.unescape(f.read())
         handed_in = nbformat.read(os.path.join(graded["course"], "submitted", student, LAB, f"{LAB}.ipynb"), as_version=4)
         own = "\n".join(cell.source for cell in handed_in.cells)  # the student's own text may say anything
-        for secret in ("HIDDEN TESTS", 'judge("', "grading.judge", GRADING):
+        for secret in ("HIDDEN TESTS", 'judge("', "grading.judge", GRADING, graded["course"]):
             assert secret not in page or secret in own, (student, secret)
     with open(os.path.join(feedback, "f_backward_without_all_reduce", LAB, f"{LAB}.html")) as f:
         assert "input gradient dX on rank 0 differs" in html.unescape(f.read())
@@ -338,7 +345,70 @@ def test_feedback_names_a_helper_file_and_repaired_metadata_and_quotes_no_grader
     ("red_team_on_the_grader", "test_g", "FileNotFoundError"),  # the reference's file is not on disk
     ("red_team_on_the_grader", "test_parallel_mlp", "Cannot allocate memory"),  # RLIMIT_AS counts shared maps
     ("red_team_on_the_grader", "test_row_parallel", "traffic outside the collectives"),  # loopback counted outside
+    ("red_team_on_privacy_and_channels", "test_column_parallel", "nothing left by anyone else"),  # no leftovers
+    ("red_team_on_privacy_and_channels", "test_g", "no folder shared with the other ranks"),  # private folders
+    ("red_team_on_privacy_and_channels", "test_f", "Operation not permitted"),  # no new Unix socket
 ])
 def test_each_attack_hits_its_wall(graded, student, cell, wall):
     lines = graded["parts"][student][cell]["lines"]
     assert any(wall in line for line in lines), lines
+
+
+#: A submission whose cells print bombs after Part 1: an 8 MB line, 50 MB in 1 MiB writes, a display
+#: of JSON nested 600 levels deep. Every part still runs and scores; the outputs are cut.
+OUTPUT_BOMBS = parse_fixture("output_bombs", """# %% insert: f
+import sys
+
+print("x" * (8 * 2**20))
+for _ in range(50):
+    sys.stdout.write("y" * 2**20)
+_deep = "bottom"
+for _ in range(600):
+    _deep = {"down": _deep}
+display({"application/json": _deep}, raw=True)
+""")
+#: Handed-in files that are no gradable notebook: {student: file text}.
+NOT_NOTEBOOKS = {
+    "not_json": "print('a script, not a notebook')\n",
+    "truncated": None,  # the solution cut half-way
+    "schema_invalid": json.dumps({"nbformat": 4, "nbformat_minor": 5, "metadata": {},
+                                  "cells": [{"cell_type": "code", "source": 3, "metadata": {}}]}),
+    "many_cells": json.dumps({"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": [
+        {"cell_type": "markdown", "id": f"c{i}", "metadata": {}, "source": "x"} for i in range(10**5)]}),
+}
+
+
+def test_bad_notebooks_and_output_bombs_cost_only_their_owners(tmp_path):
+    solution, _ = _notebooks()
+    submissions = tmp_path / "submissions"
+    _write(submissions, "solution", solution)
+    _write(submissions, "output_bombs", apply_fixture(solution, OUTPUT_BOMBS))
+    with_outputs = nbformat.from_dict(json.loads(nbformat.writes(solution)))
+    [cell for cell in with_outputs.cells if cell.cell_type == "code"][-1].outputs = [nbformat.v4.new_output("stream", name="stdout", text="o" * (50 * 2**20))]
+    _write(submissions, "outputs_handed_in", with_outputs)
+    for student, text in NOT_NOTEBOOKS.items():
+        (submissions / student).mkdir()
+        full = nbformat.writes(solution)
+        (submissions / student / f"{LAB}.ipynb").write_text(full[:len(full) // 2] if text is None else text)
+    (submissions / "unreadable").mkdir()
+    os.symlink("/no/such/notebook", submissions / "unreadable" / f"{LAB}.ipynb")
+    course = str(tmp_path / "course")
+    done = subprocess.run([sys.executable, "-m", "grading", "grade", LAB, str(submissions), "--course-dir", course,
+                           "--workers", "2", "--rank-timeout", "10", "--cell-timeout", "120"],
+                          capture_output=True, text=True, timeout=900, cwd=REPO)
+    assert done.returncode == 0, done.stdout + done.stderr
+    with open(os.path.join(course, "reports", f"{LAB}.json")) as f:
+        report = {s["student"]: s for s in json.load(f)["submissions"]}
+    scores = _gradebook_scores(course)
+    assert scores["solution"] == scores["output_bombs"] == scores["outputs_handed_in"] == POINTS
+    assert any("output cut by the grader" in item for item in report["output_bombs"]["attention"])
+    assert any("50.0 MiB of outputs: dropped" in item for item in report["outputs_handed_in"]["attention"])
+    with open(os.path.join(course, "grades.csv")) as f:
+        rows = {row["student_id"]: float(row["score"]) for row in csv.DictReader(f)}
+    refused = [*NOT_NOTEBOOKS, "unreadable"]
+    assert rows == {"solution": 16, "output_bombs": 16, "outputs_handed_in": 16, **{s: 0.0 for s in refused}}
+    for student in refused:
+        assert report[student]["points"] == 0 and "not graded (scores zero)" in report[student]["failure"]
+    for student in rows:
+        page = os.path.join(course, "feedback", student, LAB, f"{LAB}.html")
+        assert os.path.getsize(page) < 2 * 2**20, student

@@ -279,3 +279,15 @@ def test_outputs_quoting_the_graders_files_are_cut_wherever_printed_but_the_stud
     assert nb.cells[1].outputs[0].text == REDACTED
     nb = _sanitized([_graded_cell(HIDDEN, []), own], tmp_path / "b", verdict)
     assert nb.cells[1].outputs[0].text == f"{reference_line}\n"  # the student's own line
+
+
+def test_the_summary_table_has_the_parts_columns_when_the_first_student_was_refused():
+    from grading.autograder.report import summary_lines
+    from grading.autograder.runner import ClassReport, PartScore, SubmissionOutcome
+
+    refused = SubmissionOutcome("aaron", failure="lab.ipynb is not JSON: not graded (scores zero)")
+    graded = SubmissionOutcome("zoe", parts=[PartScore("test_f", 2.0, 2.0, "passed", 2.0)])
+    lines = summary_lines(ClassReport("lab", "/c", 2.0, [refused, graded], 1.0, "/c/grades.csv", "/c/feedback"))
+    assert lines[0].split() == ["student", "score", "test_f"]
+    assert lines[1].split()[:3] == ["aaron", "0/2", "-"] and lines[1].endswith("!")
+    assert "  aaron: lab.ipynb is not JSON: not graded (scores zero)" in lines

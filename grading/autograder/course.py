@@ -55,11 +55,27 @@ def copy_source(course_dir: str, lab: str, folder: str) -> str:
 
 
 def copy_submission(course_dir: str, student: str, lab: str, folder: str) -> str:
-    """Copy ``folder`` (a student's notebooks of ``lab``) to COURSE/submitted/STUDENT/LAB; that path."""
-    return _copy(folder, os.path.join(course_dir, "submitted", student, lab))
+    """Copy ``folder`` (a student's notebooks of ``lab``) to COURSE/submitted/STUDENT/LAB; that path.
+    A file that cannot be read is left out (``intake`` then says so), the rest is copied."""
+    destination = os.path.join(course_dir, "submitted", student, lab)
+    try:
+        return _copy(folder, destination)
+    except shutil.Error:  # raised after copying everything it could
+        return destination
+
+
+def _not_regular(folder: str, names: list) -> set:
+    """``IGNORED`` names, and what is neither a folder nor a regular file (a FIFO would block the copy,
+    a dangling link would fail it): a submission cannot stop the copying of the class."""
+    skipped = set(IGNORED(folder, names))
+    for name in names:
+        path = os.path.join(folder, name)
+        if not (os.path.isdir(path) or os.path.isfile(path)):
+            skipped.add(name)
+    return skipped
 
 
 def _copy(folder: str, destination: str) -> str:
     shutil.rmtree(destination, ignore_errors=True)
-    shutil.copytree(folder, destination, ignore=IGNORED)
+    shutil.copytree(folder, destination, ignore=_not_regular)
     return destination

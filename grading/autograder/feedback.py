@@ -15,7 +15,9 @@ tracebacks of its errors (which quote that source). ``SanitizeHiddenTests``:
   the judge's tests and the reference kernels), wherever it was printed (stdout, stderr, an
   error, any type of display data, HTML as rendered), verdicts included;
   lines the student's own cells hold too are not counted (a verdict quotes the student's line);
-- shortens the grading folder's path to "grading" wherever an output names it.
+- shortens the grading folder's path to "grading" wherever an output names it;
+- keeps every cell's outputs within ``output_bounds`` first, and finds quoted lines in time linear in
+  the output's length (``LeakFinder``), so a notebook's output bombs cost its own page little time.
 """
 from __future__ import annotations
 
@@ -31,7 +33,8 @@ from nbgrader import utils
 from nbgrader.preprocessors import NbGraderPreprocessor
 from traitlets import Unicode
 
-from grading.paths import GRADING_DIR
+from grading.autograder.output_bounds import OutputBudget, bound_outputs
+from grading.paths import COURSE_ROOT, GRADING_DIR
 
 BEGIN, END = "BEGIN HIDDEN TESTS", "END HIDDEN TESTS"
 #: Longest error message kept in feedback (characters).
@@ -72,6 +75,28 @@ def split_hidden_region(source: str) -> tuple[str, list]:
 _TAG = re.compile(r"<[^>]*>")
 
 
+class LeakFinder:
+    """Whether a text contains one of many lines (each at least ``MIN_LEAK_LINE_CHARS`` long), in time
+    linear in the text: every occurrence of a line covers one position that is a multiple of ``STEP``,
+    where the ``STEP`` characters starting there are one of the line's first ``STEP`` windows."""
+
+    STEP = MIN_LEAK_LINE_CHARS // 2
+
+    def __init__(self, lines):
+        self._windows: dict = {}
+        for line in lines:
+            if len(line) >= 2 * self.STEP:
+                for offset in range(self.STEP):
+                    self._windows.setdefault(line[offset:offset + self.STEP], []).append((offset, line))
+
+    def found_in(self, text: str) -> bool:
+        for position in range(0, len(text), self.STEP):
+            for offset, line in self._windows.get(text[position:position + self.STEP], ()):
+                if position >= offset and text.startswith(line, position - offset):
+                    return True
+        return False
+
+
 def _strings(value) -> list:
     """Every string inside ``value`` (display data: a dict of strings, lists, JSON objects)."""
     if isinstance(value, str):
@@ -97,12 +122,17 @@ def _output_text(output) -> str:
     return "\n".join((text, readable, _TAG.sub("", readable)))
 
 
-def _without_grader_paths(output):
-    """``output`` with the grading folder's path (in a stack a submission printed) shortened to
-    "grading": the feedback does not say where the grader lives."""
+def _without_grader_paths(output, folders: tuple = ()):
+    """``output`` with each of ``folders`` (``(path, shown as)``, the course folder of the grading run)
+    and the grading folder's path (in a stack a submission printed) shortened: the feedback does not
+    say where the grader lives."""
+    names = (*folders, (GRADING_DIR, "grading"), (COURSE_ROOT, "course"))
+
     def shorten(value):
         if isinstance(value, str):
-            return value.replace(GRADING_DIR, "grading")
+            for path, shown in names:
+                value = value.replace(path, shown)
+            return value
         if isinstance(value, list):
             return [shorten(v) for v in value]
         return value
@@ -162,18 +192,19 @@ class SanitizeHiddenTests(NbGraderPreprocessor):
             self._hidden_lines.update(line.strip() for line in hidden if len(line.strip()) >= MIN_LEAK_LINE_CHARS)
             own.update(line.strip() for line in visible.splitlines())
         self._hidden_lines |= grader_lines() - own
+        self._leaks, self._budget = LeakFinder(self._hidden_lines), OutputBudget()
         nb, resources = super().preprocess(nb, resources)
         if notices:
             nb.cells.insert(0, new_markdown_cell("**From the grader:**\n\n" + "\n".join(f"- {line}" for line in notices)))
         return nb, resources
 
     def _quotes_hidden_tests(self, output) -> bool:
-        text = _output_text(output)
-        return any(line in text for line in self._hidden_lines)
+        return self._leaks.found_in(_output_text(output))
 
     def preprocess_cell(self, cell, resources, index):
         if cell.cell_type != "code":
             return cell, resources
+        cell.outputs = bound_outputs(cell.outputs, self._budget)
         cell.source, hidden = split_hidden_region(cell.source)
         if hidden and utils.is_grade(cell):
             verdict = self._verdicts.get(cell.metadata.nbgrader["grade_id"])
@@ -182,6 +213,7 @@ class SanitizeHiddenTests(NbGraderPreprocessor):
         else:
             outputs = [_one_line_error(o) if o.output_type == "error" and GRADING_DIR in "".join(o.get("traceback", []))
                        else o for o in cell.outputs]
+        course = ((os.path.dirname(os.path.abspath(self.verdicts_dir)), "COURSE"),) if self.verdicts_dir else ()
         cell.outputs = [new_output("stream", name="stdout", text=REDACTED) if self._quotes_hidden_tests(o)
-                        else _without_grader_paths(o) for o in outputs]
+                        else _without_grader_paths(o, course) for o in outputs]
         return cell, resources

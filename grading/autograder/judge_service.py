@@ -25,10 +25,13 @@ START_METHOD_ENV = "LABUTILS_START_METHOD"
 
 
 def judge_environment(env: dict, visible_devices: str | None = None) -> dict:
-    """The judge's environment: ``env`` without ``START_METHOD_ENV``, and with ``CUDA_VISIBLE_DEVICES``
-    = ``visible_devices`` (its worker's GPUs, ``worker_gpus``) unless that is None."""
-    return with_visible_devices({name: value for name, value in env.items() if name != START_METHOD_ENV},
-                                visible_devices)
+    """The judge's environment: ``env`` without ``START_METHOD_ENV``, NCCL's as its sandboxed ranks need
+    it (``sandbox.nccl_environment``: each rank takes the judge's environment again as it starts), and
+    ``CUDA_VISIBLE_DEVICES`` = ``visible_devices`` (its worker's GPUs, ``worker_gpus``) unless None."""
+    from grading.autograder.sandbox import nccl_environment
+
+    stripped = {name: value for name, value in env.items() if name != START_METHOD_ENV}
+    return with_visible_devices(nccl_environment(stripped), visible_devices)
 
 
 CUDA_VISIBLE_ENV = "CUDA_VISIBLE_DEVICES"

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import time
 
 CGROUP_ROOT = "/sys/fs/cgroup"
@@ -180,3 +181,34 @@ def join_command(procs: str, argv: list) -> list:
     if not procs:
         return list(argv)
     return ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"', procs, *argv]
+
+
+MEMORY_CAPS = ("auto", "address-space", "cgroup")
+
+
+def memory_cap_kind(options) -> str:
+    """"cgroup" or "address-space": what ``options.memory_cap`` (a ``runner.GradeOptions``) means on this node."""
+    from grading.autograder.sandbox import gpu_devices
+
+    if options.memory_cap not in MEMORY_CAPS:
+        raise ValueError(f"memory_cap must be one of {', '.join(MEMORY_CAPS)}, got {options.memory_cap!r}")
+    if options.memory_cap != "auto":
+        return options.memory_cap
+    return "cgroup" if options.backend != "gloo" and gpu_devices() else "address-space"
+
+
+def worker_cgroup(options, index: int, memory_limit_gib: float) -> MemoryCgroup | None:
+    """Worker ``index``'s memory cgroup, or None (no cap, or RLIMIT_AS caps memory). Where the cgroup is
+    what caps memory and none can be made: CgroupUnavailable if it was asked for by name; on "auto"
+    (a GPU node) the submissions go without a cap, and this says so on stderr."""
+    from grading.judge.limits import GIB, PROCESSES_PER_WORKER
+
+    if memory_limit_gib <= 0 or memory_cap_kind(options) != "cgroup":
+        return None
+    try:
+        return MemoryCgroup.create(f"course-grade-{os.getpid()}-{index}", int(memory_limit_gib * PROCESSES_PER_WORKER * GIB))
+    except CgroupUnavailable as exc:
+        if options.memory_cap == "cgroup":
+            raise
+        print(f"course grade: no memory cap for the submissions on this GPU node: {exc}", file=sys.stderr, flush=True)
+        return None

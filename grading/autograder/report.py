@@ -44,7 +44,8 @@ def _score(part) -> str:
 def summary_lines(report) -> list:
     """A table of students and scores (✗ failed, ? never judged, ! judge error), then the
     submissions that need attention."""
-    cells = [p.cell for p in report.outcomes[0].parts] if report.outcomes and report.outcomes[0].parts else []
+    graded = [o for o in report.outcomes if o.parts]  # a refused notebook has none
+    cells = [p.cell for p in graded[0].parts] if graded else []
     width = max([len("student")] + [len(o.student) for o in report.outcomes])
     lines = [f"{'student':<{width}}  {'score':>7}  " + "  ".join(cells)]
     for outcome in report.outcomes:

@@ -21,7 +21,6 @@ import dataclasses
 import os
 import queue
 import shutil
-import sys
 import tempfile
 import threading
 import time
@@ -33,18 +32,22 @@ from grading.autograder.course import copy_submission, write_course_config
 from grading.autograder.execute import KERNEL_DIED, NOT_RUN
 from grading.autograder.judge_service import (JudgeService, JudgeServiceFailed, with_visible_devices,
                                                worker_gpus)
-from grading.autograder.memory_cgroup import CgroupUnavailable, MemoryCgroup
+from grading.autograder.memory_cgroup import worker_cgroup
+from grading.autograder.intake import record_refused, screen_submissions
 from grading.autograder.metadata import repair_cell_metadata
 from grading.autograder.nbgrader_cli import check, nbgrader_environment, open_course
+from grading.autograder.output_bounds import CUT_MARK
 from grading.autograder.sandbox import SANDBOX_ENV, gpu_devices, submission_spec
 from grading.autograder.suspicious import suspicious_constructs, suspicious_helper_files
 from grading.autograder.tampering import find_tampering
 from grading.autograder.worker import AutogradeWorker, WorkerTimeout
-from grading.judge.limits import GIB, PROCESSES_PER_WORKER, default_memory_limit_gib
+from grading.judge.limits import default_memory_limit_gib
 from grading.paths import COURSE_ROOT
 
 NOT_JUDGED_LINE = ("✗ not graded: this cell never reached the grader (an error before it, a timeout, "
                    "or a kernel that died)")
+#: Characters of nbgrader's log of one submission kept in ``logs/LAB/STUDENT.log`` (its last ones).
+MAX_LOG_CHARS = 2**20
 #: Error names in an autograded notebook that the report lists (cell timeouts, dead kernels).
 NOTABLE_ERRORS = ("CellTimeoutError", KERNEL_DIED)
 
@@ -153,7 +156,7 @@ def find_submissions(submissions_dir: str, lab: str, notebooks: list) -> tuple:
         if student.startswith(".") or not os.path.isdir(folder):
             continue
         for candidate in (os.path.join(folder, lab), folder):
-            if any(os.path.exists(os.path.join(candidate, name)) for name in notebooks):
+            if any(os.path.lexists(os.path.join(candidate, name)) for name in notebooks):
                 found[student] = candidate
                 break
         else:
@@ -220,11 +223,11 @@ def _autograde(student: str, service: JudgeService, worker: AutogradeWorker, opt
         spec = submission_spec(sandbox_root, student, options.course_root, socket_path, memory_limit_gib,
                                on_gpu=options.backend != "gloo" and bool(gpu_devices()),
                                hidden=(options.course_dir, os.path.abspath(options.submissions_dir)),
-                               cgroup_procs=cgroup_procs)
+                               cgroup_procs=cgroup_procs, output_log=log_path[:-len(".log")] + ".kernel.log")
         result = worker.autograde(options.lab, student, {"LAB_JUDGE_SOCKET": socket_path,
                                                          SANDBOX_ENV: spec.to_env()}, options.submission_timeout_s)
-        with open(log_path, "w") as log:
-            log.write(result.get("log", "") + result.get("error", ""))
+        with open(log_path, "w") as log:  # its tail: nbgrader's log quotes what the cells printed
+            log.write((result.get("log", "") + result.get("error", ""))[-MAX_LOG_CHARS:])
         if not result.get("success"):
             outcome.failure = f"nbgrader autograde failed; see {log_path}"
     except WorkerTimeout as exc:
@@ -235,33 +238,6 @@ def _autograde(student: str, service: JudgeService, worker: AutogradeWorker, opt
         outcome.failure = outcome.failure or f"the judge stopped while grading: {exc}"
     outcome.seconds = time.monotonic() - started
     return outcome
-
-
-MEMORY_CAPS = ("auto", "address-space", "cgroup")
-
-
-def memory_cap_kind(options: GradeOptions) -> str:
-    """"cgroup" or "address-space": what ``options.memory_cap`` means on this node."""
-    if options.memory_cap not in MEMORY_CAPS:
-        raise ValueError(f"memory_cap must be one of {', '.join(MEMORY_CAPS)}, got {options.memory_cap!r}")
-    if options.memory_cap != "auto":
-        return options.memory_cap
-    return "cgroup" if options.backend != "gloo" and gpu_devices() else "address-space"
-
-
-def worker_cgroup(options: GradeOptions, index: int, memory_limit_gib: float) -> MemoryCgroup | None:
-    """Worker ``index``'s memory cgroup, or None (no cap, or RLIMIT_AS caps memory). Where the cgroup is
-    what caps memory and none can be made: CgroupUnavailable if it was asked for by name; on "auto"
-    (a GPU node) the submissions go without a cap, and this says so on stderr."""
-    if memory_limit_gib <= 0 or memory_cap_kind(options) != "cgroup":
-        return None
-    try:
-        return MemoryCgroup.create(f"course-grade-{os.getpid()}-{index}", int(memory_limit_gib * PROCESSES_PER_WORKER * GIB))
-    except CgroupUnavailable as exc:
-        if options.memory_cap == "cgroup":
-            raise
-        print(f"course grade: no memory cap for the submissions on this GPU node: {exc}", file=sys.stderr, flush=True)
-        return None
 
 
 def _run_workers(options: GradeOptions, students: list, progress) -> dict:
@@ -376,13 +352,15 @@ def _notable_errors(options: GradeOptions, student: str, notebooks: list) -> lis
         if not os.path.exists(path):
             continue
         for cell in nbformat.read(path, as_version=4).cells:
+            cell_name = cell.metadata.get("nbgrader", {}).get("grade_id", cell.get("id", "?"))
             for output in cell.get("outputs", []):
+                if output.output_type == "stream" and CUT_MARK in output.text:
+                    found.append(f"cell {cell_name}: {output.text.strip()[1:-1][:300]}")
                 if output.output_type != "error" or output.ename not in NOTABLE_ERRORS:
                     continue
                 if output.evalue.startswith(NOT_RUN):
                     not_run += 1
                     continue
-                cell_name = cell.metadata.get("nbgrader", {}).get("grade_id", cell.get("id", "?"))
                 found.append(f"cell {cell_name}: {output.ename}: {output.evalue}"[:300])
     if not_run:
         found.append(f"{not_run} later cell{'s' if not_run > 1 else ''} not run (scored zero)")
@@ -444,23 +422,22 @@ def judged_cells(lab: str) -> set:
     return set(load_lab(lab).TESTS)
 
 
-def grade_class(options: GradeOptions, progress=None) -> ClassReport:
-    """Autograde every submission of ``options.lab``; write feedback, grades.csv and the report.
+def generate_feedback(options: GradeOptions, students: list) -> dict:
+    """nbgrader's feedback for every autograded student; where one student's fails, each student's
+    alone, so one page that cannot be made costs only its owner. {student: the failure's line}."""
+    api = open_course(options.course_dir)
+    if api.generate_feedback(options.lab, force=True).get("success"):
+        return {}
+    failed = {}
+    for student in students:
+        result = api.generate_feedback(options.lab, student, force=True)
+        if not result.get("success"):
+            failed[student] = "no feedback page: nbgrader generate_feedback failed on this notebook"
+    return failed
 
-    ``progress(done, total, outcome)`` is called as each submission finishes.
-    Raises ValueError for a bad lab name or submissions folder.
-    """
-    started = time.monotonic()
-    if options.workers < 1:
-        raise ValueError(f"workers must be at least 1, got {options.workers}")
-    notebooks = lab_notebooks(options.lab, options.course_root)
-    submissions, without_notebook = find_submissions(options.submissions_dir, options.lab, notebooks)
-    cells = judged_cells(options.lab)
-    options = dataclasses.replace(options, course_dir=os.path.abspath(options.course_dir))
-    release_dir = prepare_course(options, submissions)
-    repairs = repair_submissions(options, sorted(submissions), notebooks, release_dir)
-    outcomes = _run_workers(options, sorted(submissions), progress)
-    max_points = apply_verdicts(options, outcomes, cells)
+
+def _review(options: GradeOptions, outcomes: dict, notebooks: list, release_dir: str, repairs: dict) -> dict:
+    """Fill each graded outcome's tampering, suspicious constructs and errors; {student: notices}."""
     notices = {}
     for student, outcome in outcomes.items():
         for name in notebooks:
@@ -475,8 +452,43 @@ def grade_class(options: GradeOptions, progress=None) -> ClassReport:
         outcome.suspicious += suspicious_helper_files(folder, handed_in_beside(folder, notebooks))
         outcome.errors = repairs.get(student, []) + _notable_errors(options, student, notebooks) + helpers
         notices[student] = repairs.get(student, []) + helpers
+    return notices
+
+
+def grade_class(options: GradeOptions, progress=None) -> ClassReport:
+    """Autograde every submission of ``options.lab``; write feedback, grades.csv and the report.
+
+    ``progress(done, total, outcome)`` is called as each submission finishes.
+    Raises ValueError for a bad lab name or submissions folder. A notebook that cannot be graded
+    (``autograder.intake``) scores zero with a line in the report; everyone else is graded.
+    """
+    started = time.monotonic()
+    if options.workers < 1:
+        raise ValueError(f"workers must be at least 1, got {options.workers}")
+    notebooks = lab_notebooks(options.lab, options.course_root)
+    submissions, without_notebook = find_submissions(options.submissions_dir, options.lab, notebooks)
+    cells = judged_cells(options.lab)
+    options = dataclasses.replace(options, course_dir=os.path.abspath(options.course_dir))
+    release_dir = prepare_course(options, submissions)
+    screenings = screen_submissions(options.course_dir, options.lab, sorted(submissions), notebooks)
+    graded = [s for s in sorted(submissions) if not screenings[s].refused]
+    refused = {s: screenings[s].lines for s in sorted(submissions) if screenings[s].refused}
+    record_refused(options.course_dir, options.lab, refused, notebooks)
+    refused = {s: SubmissionOutcome(s, failure="; ".join(lines)) for s, lines in refused.items()}
+    for done, outcome in enumerate(refused.values(), 1):
+        if progress:
+            progress(done, len(submissions), outcome)
+    repairs = repair_submissions(options, graded, notebooks, release_dir)
+    for student in graded:
+        repairs.setdefault(student, [])[:0] = screenings[student].lines
+    outcomes = _run_workers(options, graded, progress and (
+        lambda done, total, outcome: progress(done + len(refused), total + len(refused), outcome)))
+    max_points = apply_verdicts(options, outcomes, cells)
+    notices = _review(options, outcomes, notebooks, release_dir, repairs)
     _write_verdict_files(options, outcomes, notices)
-    check(open_course(options.course_dir).generate_feedback(options.lab, force=True), "generate_feedback")
+    for student, line in generate_feedback(options, graded).items():
+        outcomes[student].errors.append(line)
+    outcomes.update(refused)
     grades_csv = export_grades(options.course_dir)
     return ClassReport(options.lab, options.course_dir, max_points, [outcomes[s] for s in sorted(outcomes)],
                        time.monotonic() - started, grades_csv, os.path.join(options.course_dir, "feedback"),

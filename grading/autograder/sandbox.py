@@ -33,7 +33,8 @@ import shutil
 import signal
 import subprocess
 import sys
-from dataclasses import asdict, dataclass, field
+import threading
+from dataclasses import asdict, dataclass
 
 from jupyter_client.manager import AsyncKernelManager
 
@@ -94,7 +95,10 @@ class SandboxSpec:
     file and IPC sockets (read-write); ``scratch_dir``: bound read-write at ``workdir``, where the
     notebook runs; ``judge_socket``: bound read-only; ``memory_limit_bytes``: RLIMIT_AS of every
     process (0: none); ``cgroup_procs``: the ``cgroup.procs`` file of the memory cgroup the sandbox
-    joins ("": none); ``devices``: device files passed in (``/dev/nvidia*`` on a GPU node)."""
+    joins ("": none); ``gpu``: pass in the NVIDIA device files (``/dev/nvidia*``,
+    ``/dev/nvidia-caps``, found again at each start: ``nvidia-uvm`` or MIG's may appear later); ``output_log``: the file that gets the first ``MAX_OUTPUT_LOG_BYTES``
+    of what the kernel and its ranks write to their stdout and stderr ("": discarded). The sandbox holds
+    no file descriptor of the grader's own logs."""
 
     workdir: str
     scratch_dir: str
@@ -104,7 +108,8 @@ class SandboxSpec:
     judge_socket: str = ""
     memory_limit_bytes: int = 0
     cgroup_procs: str = ""
-    devices: tuple = field(default_factory=tuple)
+    gpu: bool = False
+    output_log: str = ""
 
     def to_env(self) -> str:
         return json.dumps(asdict(self))
@@ -140,7 +145,8 @@ def course_readonly(course_root: str) -> list:
 
 
 def submission_spec(sandbox_root: str, student: str, course_root: str, judge_socket: str,
-                    memory_limit_gib: float, on_gpu: bool, hidden: tuple = (), cgroup_procs: str = "") -> SandboxSpec:
+                    memory_limit_gib: float, on_gpu: bool, hidden: tuple = (), cgroup_procs: str = "",
+                    output_log: str = "") -> SandboxSpec:
     """The sandbox of ``student``'s kernel: scratch and runtime folders under ``sandbox_root`` (the
     notebook's folder, ``workdir``, is filled in when the kernel starts), the course's student view,
     the judge's socket; ``course_root`` and ``hidden`` (the course folder, the submissions) covered
@@ -152,7 +158,7 @@ def submission_spec(sandbox_root: str, student: str, course_root: str, judge_soc
                        runtime_dir=os.path.join(folder, "runtime"), readonly=tuple(course_readonly(course_root)),
                        hidden=(course_root, sandbox_root, *hidden),
                        judge_socket=judge_socket, memory_limit_bytes=cap, cgroup_procs=cgroup_procs,
-                       devices=tuple(gpu_devices()) if on_gpu else ())
+                       gpu=on_gpu, output_log=output_log)
 
 
 def address_space_cap(memory_limit_gib: float, on_gpu: bool) -> int:
@@ -162,8 +168,30 @@ def address_space_cap(memory_limit_gib: float, on_gpu: bool) -> int:
 
 
 def gpu_devices() -> list:
-    """The NVIDIA device files of this node (none on a CPU machine)."""
+    """The NVIDIA device files of this node now (none on a CPU machine): ``/dev/nvidia*``, with
+    ``/dev/nvidia-caps`` (MIG's capability files) as one folder."""
     return sorted(glob.glob("/dev/nvidia*"))
+
+
+def device_binds(devices: list) -> list:
+    """bwrap's words that pass ``devices`` in (``--dev-bind`` each, at the same path)."""
+    return [word for device in devices for word in ("--dev-bind", device, device)]
+
+
+#: NCCL's variables a sandbox keeps from the site's (what it prints, nothing of how it connects).
+NCCL_KEPT = ("NCCL_DEBUG", "NCCL_DEBUG_SUBSYS")
+#: NCCL's settings in a sandbox, whose network namespace has loopback only: sockets over ``lo``, no
+#: InfiniBand, no site network plugin (a site's ``NCCL_SOCKET_IFNAME=ib0``, ``NCCL_NET=IB`` or
+#: ``NCCL_TOPO_FILE`` under /home would make every NCCL launch fail there).
+NCCL_SANDBOX = {"NCCL_SOCKET_IFNAME": "lo", "NCCL_IB_DISABLE": "1", "NCCL_NET_PLUGIN": "none"}
+#: NCCL's site configuration file, read by every NCCL process whatever its environment (masked inside).
+NCCL_CONF = "/etc/nccl.conf"
+
+
+def nccl_environment(env: dict) -> dict:
+    """``env`` with every ``NCCL_*`` variable but ``NCCL_KEPT`` dropped and ``NCCL_SANDBOX`` set."""
+    kept = {k: v for k, v in env.items() if not k.startswith("NCCL_") or k in NCCL_KEPT}
+    return {**kept, **NCCL_SANDBOX}
 
 
 def _inside(path: str, folder: str) -> bool:
@@ -178,6 +206,8 @@ def _namespace_args(readonly: list, hidden: list = ()) -> list:
     args = ["--cap-drop", "ALL", "--die-with-parent", "--new-session", "--unshare-pid", "--unshare-net",
             "--unshare-ipc", "--unshare-uts", *_system_binds(), "--proc", "/proc", "--dev", "/dev",
             "--tmpfs", "/tmp", "--tmpfs", "/home", "--dir", HOME]
+    if os.path.isdir("/sys"):  # read-only: NCCL and CUDA read the PCI and NUMA topology there
+        args += ["--ro-bind", "/sys", "/sys"]
     for path in python_paths():  # after the tmpfs: a course or venv under /home stays visible
         args += ["--ro-bind", path, path]
     covered = [h for h in hidden if any(_inside(h, folder) for folder in shown)]
@@ -185,6 +215,8 @@ def _namespace_args(readonly: list, hidden: list = ()) -> list:
         args += ["--tmpfs", folder]
     for path in [*(p for p in python_paths() if any(_inside(p, h) for h in covered)), *readonly]:
         args += ["--ro-bind", path, path]
+    if os.path.exists(NCCL_CONF):  # after every bind that could show it
+        args += ["--dev-bind", os.devnull, NCCL_CONF]  # reads empty
     return args
 
 
@@ -196,11 +228,10 @@ def sandbox_command(bwrap: str, spec: SandboxSpec, argv: list, env: dict) -> lis
     """The command line that runs ``argv`` in ``spec``'s sandbox with exactly ``env`` as environment."""
     args = [bwrap, "--clearenv", *_namespace_args(list(spec.readonly), list(spec.hidden)),
             "--bind", spec.runtime_dir, spec.runtime_dir, "--bind", spec.scratch_dir, spec.workdir]
-    for device in spec.devices:
-        args += ["--dev-bind", device, device]
+    args += device_binds(gpu_devices() if spec.gpu else [])
     if spec.judge_socket:
         args += ["--ro-bind", spec.judge_socket, spec.judge_socket]
-    for name, value in env.items():
+    for name, value in nccl_environment(env).items():
         args += ["--setenv", name, value]
     args += ["--remount-ro", "/", "--chdir", spec.workdir, "--"]
     return join_command(spec.cgroup_procs, args + _address_space_cap(spec.memory_limit_bytes) + list(argv))
@@ -208,13 +239,18 @@ def sandbox_command(bwrap: str, spec: SandboxSpec, argv: list, env: dict) -> lis
 
 #: What of ``grading/`` the judge's ranks get (a copy staged per template, deleted once imported).
 RANK_GRADING_FILES = ("__init__.py", "paths.py", "judge", "reference", "autograder/__init__.py",
-                      "autograder/rank_guard.py")
+                      "autograder/rank_guard.py", "autograder/rank_isolation.py", "autograder/landlock.py")
 #: Stands for the staged copy's folder in the wrapper's words until ``STAGE_CODE`` makes it.
 STAGED_PLACEHOLDER = "{staged grading}"
+#: Stands for the NVIDIA device files' binds in the wrapper's words until ``STAGE_CODE`` finds them.
+DEVICES_PLACEHOLDER = "{gpu devices}"
 #: Run outside the sandbox before every template start: join the memory cgroup whose cgroup.procs is
 #: argv[5] (if any), copy ``RANK_GRADING_FILES`` of argv[1] into a fresh folder under argv[2], put its
-#: path for argv[3] in the rest of argv, and exec that (bwrap).
-STAGE_CODE = """import os, shutil, sys, tempfile
+#: path for argv[3] in the rest of argv and the binds of the NVIDIA device files there now for
+#: ``DEVICES_PLACEHOLDER``, point stdout and stderr at /dev/null (the judge's log stays outside: the
+#: ranks' output reaches the judge over their own links), and exec that (bwrap).
+STAGE_CODE = """import glob, os, shutil, sys, tempfile
+DEVICES = %r
 source, parent, placeholder, files, procs = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4].split(','), sys.argv[5]
 if procs:
     with open(procs, 'w') as f:
@@ -229,8 +265,14 @@ for name in files:
     else:
         shutil.copy(os.path.join(source, name), target)
 argv = [staged if word == placeholder else word for word in sys.argv[6:]]
+if DEVICES in argv:
+    at = argv.index(DEVICES)
+    argv[at:at + 1] = [w for d in sorted(glob.glob('/dev/nvidia*')) for w in ('--dev-bind', d, d)]
+null = os.open(os.devnull, os.O_WRONLY)
+os.dup2(null, 1)
+os.dup2(null, 2)
 os.execv(argv[0], argv)
-"""
+""" % DEVICES_PLACEHOLDER
 
 
 def staging_folder(work_dir: str) -> str:
@@ -256,8 +298,9 @@ def judge_rank_wrapper(bwrap: str, course_root: str, work_dir: str, memory_limit
              ",".join(RANK_GRADING_FILES), cgroup_procs]
     args = [bwrap, *_namespace_args([os.path.join(course_root, "labutils")], [course_root]),
             "--bind", STAGED_PLACEHOLDER, grading_dir, "--bind", work_dir, work_dir]
-    for device in gpu_devices() if on_gpu else ():
-        args += ["--dev-bind", device, device]
+    args += [DEVICES_PLACEHOLDER] if on_gpu else []
+    args += [word for name in os.environ if name.startswith("NCCL_") for word in ("--unsetenv", name)]
+    args += [word for name, value in nccl_environment({}).items() for word in ("--setenv", name, value)]
     cap = 0 if cgroup_procs else address_space_cap(memory_limit_gib, on_gpu)
     guard = [sys.executable, "-P", "-m", "grading.autograder.rank_guard", grading_dir]  # -P: not ``work_dir`` first
     return stage + args + ["--remount-ro", "/", "--chdir", work_dir, "--"] + _address_space_cap(cap) + guard
@@ -266,7 +309,7 @@ def judge_rank_wrapper(bwrap: str, course_root: str, work_dir: str, memory_limit
 #: Variables a sandboxed kernel keeps from the worker's environment (nothing else: no LD_PRELOAD).
 KEEP_ENV = ("PATH", "LANG", "LC_ALL", "CUDA_VISIBLE_DEVICES", "LAB_JUDGE_SOCKET", "LAB_JUDGE_RANK_TIMEOUT",
             "OMP_NUM_THREADS", "PYTHONPATH")
-KEEP_ENV_PREFIXES = ("NCCL_", "LABUTILS_")
+KEEP_ENV_PREFIXES = ("NCCL_", "LABUTILS_")  # NCCL's as ``nccl_environment`` leaves them
 #: The sandboxed processes' home folder (on a private tmpfs).
 HOME = "/home/student"
 
@@ -282,6 +325,28 @@ def prepare_scratch(workdir: str, scratch_dir: str) -> None:
     """``scratch_dir`` = a fresh copy of ``workdir`` (the notebook's folder), without symbolic links."""
     shutil.rmtree(scratch_dir, ignore_errors=True)
     shutil.copytree(workdir, scratch_dir, symlinks=False, ignore_dangling_symlinks=True)
+
+
+#: Bytes of a kernel's own stdout and stderr (and its ranks') kept in its submission's output log.
+MAX_OUTPUT_LOG_BYTES = 2**20
+
+
+def bounded_sink(path: str, limit: int = MAX_OUTPUT_LOG_BYTES) -> int:
+    """The write end of a pipe whose first ``limit`` bytes a thread of this process copies to ``path``
+    ("": nowhere) and whose rest it reads and drops, so a process writing without end neither blocks
+    nor fills the disk; the thread ends when every writer has closed the pipe."""
+    read_fd, write_fd = os.pipe()
+
+    def drain():
+        kept = 0
+        with os.fdopen(read_fd, "rb", buffering=0) as source, open(path or os.devnull, "wb") as target:
+            while chunk := source.read(1 << 16):
+                if kept < limit:
+                    target.write(chunk[:limit - kept])
+                    kept += len(chunk)
+
+    threading.Thread(target=drain, name="kernel-output", daemon=True).start()
+    return write_fd
 
 
 class SandboxedKernelManager(AsyncKernelManager):
@@ -307,7 +372,17 @@ class SandboxedKernelManager(AsyncKernelManager):
         env = kernel_environment(kw.get("env") or os.environ)
         kw["env"] = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
         kw["cwd"] = spec.runtime_dir
+        self._output_fd = bounded_sink(spec.output_log)
+        kw["stdout"] = kw["stderr"] = self._output_fd
+        kw["stdin"] = subprocess.DEVNULL
         return sandbox_command(find_bwrap(), spec, cmd, env), kw
+
+    async def _async_launch_kernel(self, kernel_cmd, **kw):
+        """Launch the kernel, then close this process's end of its output pipe (the kernel holds its own)."""
+        try:
+            await super()._async_launch_kernel(kernel_cmd, **kw)
+        finally:
+            os.close(self._output_fd)
 
     def _kernel_pid(self) -> int | None:
         """The kernel's pid as this process sees it: bwrap, its child (the namespace's init), then the

@@ -7,8 +7,9 @@ MEMORY_LIMIT_GIB`` in the course root (``grading.paths``; the cap on each of its
 kernels and ranks included: ``judge.limits``)
 and, per JSON frame on stdin ``{"lab", "student", "env"}``, sets ``env`` (the judge's socket)
 for the kernels it starts, calls ``NbGraderAPI.autograde`` and answers
-``{"success", "log", "error"}``. Its own and its kernels' raw output go to a log file, never
-to the reply channel. The parent (``AutogradeWorker``) kills and restarts a worker that runs
+``{"success", "log", "error"}``. Its own raw output goes to a log file, never to the reply
+channel; its kernels' goes to each submission's own bounded log (``sandbox.bounded_sink``), so no
+kernel holds a descriptor of a log with other students' lines. The parent (``AutogradeWorker``) kills and restarts a worker that runs
 past its deadline.
 """
 from __future__ import annotations

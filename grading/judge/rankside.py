@@ -28,6 +28,7 @@ import torch.distributed as dist
 
 from labutils.rank import device as rank_device
 
+from grading.autograder.rank_isolation import isolate
 from grading.judge.recording import install, log_position, since, summary
 
 #: Longest exception message quoted back to the student (characters).
@@ -279,6 +280,7 @@ def run_reference(run_case, reference: dict, world_size: int, cases: list, rank_
 def enter_student_code() -> None:
     """The point past which submission code exists in this process: every call of a submission's
     launch passes here once, after its process groups are made and before the blob is unpickled."""
+    isolate(nccl=rank_device().type == "cuda")  # no channel to a sibling rank but the counted one
 
 
 def run_submission(run_case, lent: dict, world_size: int, cases: list, rank_data: list, blob: bytes,
