@@ -22,13 +22,19 @@ FILE_RIGHTS = EXECUTE | WRITE_FILE | READ_FILE | (1 << 14) | (1 << 15)  # with T
 READ = EXECUTE | READ_FILE | READ_DIR
 SCOPE_ABSTRACT_UNIX_SOCKET, SCOPE_SIGNAL = 1, 2
 
-_libc = ctypes.CDLL(None, use_errno=True)
-_libc.syscall.restype = ctypes.c_long
+
+
+def _libc():
+    """The C library of this process (made at each call: a module-level handle could not travel to
+    the judge's ranks, where this code arrives pickled by value)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    return libc
 
 
 def abi_version() -> int:
     """The kernel's Landlock ABI version; 0 without Landlock."""
-    version = _libc.syscall(_CREATE_RULESET, None, 0, _CREATE_RULESET_VERSION)
+    version = _libc().syscall(_CREATE_RULESET, None, 0, _CREATE_RULESET_VERSION)
     return max(int(version), 0)
 
 
@@ -71,7 +77,7 @@ def _add(ruleset: int, path: str, rights: int) -> None:
         if not os.path.isdir(path):
             rights &= FILE_RIGHTS
         rule = struct.pack("=Qi", rights, fd)
-        if _libc.syscall(_ADD_RULE, ruleset, _RULE_PATH_BENEATH, ctypes.c_char_p(rule), 0) < 0:
+        if _libc().syscall(_ADD_RULE, ruleset, _RULE_PATH_BENEATH, ctypes.c_char_p(rule), 0) < 0:
             raise OSError(ctypes.get_errno(), f"landlock_add_rule({path}) failed")
     finally:
         os.close(fd)
@@ -86,7 +92,7 @@ def restrict(hidden: tuple, private: str, scoped: bool = True) -> bool:
     handled = handled_rights(abi)
     scoped = SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL if abi >= 6 and scoped else 0
     attr = struct.pack("=QQQ", handled, 0, scoped)[:24 if abi >= 6 else 16 if abi >= 4 else 8]
-    ruleset = _libc.syscall(_CREATE_RULESET, ctypes.c_char_p(attr), len(attr), 0)
+    ruleset = _libc().syscall(_CREATE_RULESET, ctypes.c_char_p(attr), len(attr), 0)
     if ruleset < 0:
         raise OSError(ctypes.get_errno(), "landlock_create_ruleset failed")
     try:
@@ -94,7 +100,7 @@ def restrict(hidden: tuple, private: str, scoped: bool = True) -> bool:
         for root in readable_roots(hidden):
             _add(ruleset, root, handled if _inside(root, "/dev") else READ)
         _add(ruleset, private, handled)
-        if _libc.prctl(38, 1, 0, 0, 0) < 0 or _libc.syscall(_RESTRICT_SELF, ruleset, 0) < 0:
+        if _libc().prctl(38, 1, 0, 0, 0) < 0 or _libc().syscall(_RESTRICT_SELF, ruleset, 0) < 0:
             raise OSError(ctypes.get_errno(), "landlock_restrict_self failed")
     finally:
         os.close(ruleset)

@@ -111,8 +111,14 @@ def filter_program(machine: str, own_pid: int, landlock: bool, nccl: bool = Fals
     return program + [_op(_RET, _RET_ALLOW)]
 
 
-_libc = ctypes.CDLL(None, use_errno=True)
-_libc.syscall.restype = ctypes.c_long
+
+
+def _libc():
+    """The C library of this process (made at each call: a module-level handle could not travel to
+    the judge's ranks, where this code arrives pickled by value)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    return libc
 _PR_SET_NO_NEW_PRIVS = 38
 
 
@@ -129,8 +135,8 @@ def install_filter(program: list, machine: str) -> None:
     buffer = ctypes.create_string_buffer(code, len(code))
     prog = struct.pack("HxxxxxxP", len(program), ctypes.addressof(buffer))
     prog_buffer = ctypes.create_string_buffer(prog, len(prog))
-    _check(_libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(PR_SET_NO_NEW_PRIVS)")
-    if _check(_libc.syscall(ARCHES[machine]["seccomp"], 1, 1, prog_buffer), "seccomp(SET_MODE_FILTER, TSYNC)"):
+    _check(_libc().prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(PR_SET_NO_NEW_PRIVS)")
+    if _check(_libc().syscall(ARCHES[machine]["seccomp"], 1, 1, prog_buffer), "seccomp(SET_MODE_FILTER, TSYNC)"):
         raise IsolationUnavailable("seccomp(TSYNC): a thread of the rank could not take the filter")
 
 
