@@ -21,6 +21,11 @@ from labutils._render import (collective_in, describe_status, hide_launcher_fram
 from labutils.errors import RankDiedError, RankTimeoutError
 from labutils.messages import Failed
 
+#: what torch says when a collective gets a CPU tensor on an NCCL-only process group
+CPU_TENSOR_ON_NCCL = "No backend type associated with device type cpu"
+CPU_TENSOR_HINT = ("[labutils] these ranks run NCCL, which takes only CUDA tensors: create them on the rank's "
+                   "device (torch.ones(1, device=labutils.rank.device()); `device` in a %%distributed cell), "
+                   "or launch with backend='gloo' to keep them on the CPU")
 #: Seconds to wait for the other ranks' answers after one rank has failed.
 FAILURE_GRACE_S = 0.5
 #: Seconds after the first rank finished a call at which the ranks still busy are looked at
@@ -76,13 +81,14 @@ def straggler_line(finished, inside: dict[int, str], waiting_up_to_s: float) -> 
 
 
 def collect(links: RankLinks, kinds: tuple, deadline: float, doing: str, call_id=None, ranks=None,
-            notice: StragglerNotice | None = None) -> dict:
+            notice: StragglerNotice | None = None, retire_on_error: bool = False) -> dict:
     """Wait for one message of a type in ``kinds`` from each rank in ``ranks`` (all by default),
     of call ``call_id`` when given; relay output meanwhile. Return {rank: message}.
 
     ``deadline`` is a ``time.monotonic()`` time; ``doing`` names the phase in error messages
-    ("running", "starting"); ``notice`` tells about ranks left in a collective. Raises as the
-    module docstring says.
+    ("running", "starting"); ``notice`` tells about ranks left in a collective;
+    ``retire_on_error`` (NCCL): any rank's error retires every rank, even when all replied
+    (see :func:`fail_after_errors`). Raises as the module docstring says.
     """
     __tracebackhide__ = True
     waiting = set(range(links.world_size) if ranks is None else ranks)
@@ -111,7 +117,7 @@ def collect(links: RankLinks, kinds: tuple, deadline: float, doing: str, call_id
         if dead:
             fail_dead(links, dead, errors, doing)
         if errors:
-            fail_after_errors(links, errors, waiting)
+            fail_after_errors(links, errors, waiting, retire_on_error)
         if waiting:
             fail_timeout(links, sorted(waiting), doing, sorted(replies))
     except KeyboardInterrupt:  # also while reading stacks or killing: never leave ranks running
@@ -182,13 +188,19 @@ def fail_dead(links: RankLinks, dead: list[int], errors, doing: str) -> None:
         message.rstrip("\n") + ".\nAll ranks were stopped; fresh ranks start on the next call.", rank, exitcode, sig))
 
 
-def fail_after_errors(links: RankLinks, errors: list[tuple[int, Failed]], still_running) -> None:
+def fail_after_errors(links: RankLinks, errors: list[tuple[int, Failed]], still_running,
+                      retire: bool = False) -> None:
     """Raise the first error to arrive (the cause; later ones are often its consequence);
-    of ranks that raised that same error, name the lowest. Others are listed in notes."""
+    of ranks that raised that same error, name the lowest. Others are listed in notes.
+
+    The ranks are stopped when some are still running or have ended, and always when
+    ``retire`` (NCCL): there a rank can raise with a collective it issued still queued on its
+    GPU stream, unmatched, and that collective would pair with the next call's first one.
+    On gloo a collective blocks until matched, so ranks that all replied are kept."""
     __tracebackhide__ = True
     same_as_first = [e for e in errors if e[1].same_error(errors[0][1])]
     rank, failed = min(same_as_first, key=lambda e: e[0])
-    if still_running or any(links.exit_status(r) is not None for r in range(len(links.ranks))):
+    if retire or still_running or any(links.exit_status(r) is not None for r in range(len(links.ranks))):
         links.kill()  # some ranks may be stuck in a collective the failed rank never joined
         restarted = True
     else:
@@ -205,6 +217,8 @@ def fail_after_errors(links: RankLinks, errors: list[tuple[int, Failed]], still_
             exc.add_note(f"[labutils] rank {other} then raised {short_type_name(m.type_name)}: {shorten(m.message)}")
         if restarted:
             exc.add_note("[labutils] the other ranks were stopped; the pool starts fresh ranks on its next call")
+        if CPU_TENSOR_ON_NCCL in failed.message:
+            exc.add_note(CPU_TENSOR_HINT)
     raise hide_launcher_frames(exc)  # the rank's traceback travels as exc.__cause__ (a RemoteTraceback), shown above this frame
 
 
