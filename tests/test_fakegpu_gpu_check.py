@@ -99,26 +99,3 @@ def test_appending_replaces_the_nothing_yet_line(monkeypatch, tmp_path, gpu_chec
     assert text.endswith("\n\n## 2026-11-24: 1 x GPU\n\n- figures\n")
     gpu_checks.append_entry(results, "## 2026-11-25: 1 x GPU\n")
     assert results.read_text().index("2026-11-24") < results.read_text().index("2026-11-25")
-
-
-def test_multinode_binds_nccl_to_the_local_gpu(monkeypatch):
-    """Under torchrun on a faked 8-GPU node, rank 3 initialises NCCL with device_id cuda:3."""
-    import torch
-    import torch.distributed as dist
-
-    from labutils import multinode
-
-    FakeGpuNode(monkeypatch, h100s(8))
-    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    for name, value in {"RANK": "3", "WORLD_SIZE": "8", "LOCAL_RANK": "3", "LOCAL_WORLD_SIZE": "8",
-                        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}.items():
-        monkeypatch.setenv(name, value)
-    calls = {}
-    monkeypatch.setattr(torch.cuda, "set_device", lambda device: calls.setdefault("set_device", device))
-    monkeypatch.setattr(dist, "is_initialized", lambda: False)
-    monkeypatch.setattr(dist, "init_process_group", lambda backend, **options: calls.update(init=(backend, options)))
-    monkeypatch.setattr("labutils.rank.configure", lambda device, backend: calls.update(configure=(device, backend)))
-    device = multinode.init_from_environment("auto")
-    assert device == torch.device("cuda", 3) and calls["set_device"] == torch.device("cuda", 3)
-    assert calls["init"] == ("nccl", {"device_id": torch.device("cuda", 3)})
-    assert calls["configure"] == (torch.device("cuda", 3), "nccl")
