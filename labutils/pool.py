@@ -44,6 +44,7 @@ from labutils._ranklinks import RankLink, RankLinks
 from labutils._render import describe_status
 from labutils._replies import StragglerNotice, collect, fail_dead, stop_on_interrupt
 from labutils.backend import choose_backend
+from labutils.gpu_exclusive import check_ranks_can_own
 from labutils.call_args import DEFAULT_TIMEOUT_S, pickle_call, validate_timeout, validate_world_size
 from labutils.messages import Done, ExecCell, Exit, Ready, RunCall, Started, StorePort
 
@@ -142,6 +143,8 @@ class Pool:
         if self.started:
             return
         __tracebackhide__ = True
+        if self.backend == "nccl":
+            check_ranks_can_own(self.world_size)  # an exclusive GPU this kernel holds: say so, start nothing
         links = self._links
         links.starter = _starters.get_starter()
         links.tmpdir = tempfile.mkdtemp(prefix="labutils-")
