@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import time
 
+from labutils import strict
 from labutils._ranklinks import RankLinks
 from labutils._render import (collective_in, describe_status, hide_launcher_frames, ranks_phrase,
                               rebuild_exception, short_type_name, shorten, stderr_explanation)
@@ -45,9 +46,15 @@ class StragglerNotice:
         self.first_finish_at: float | None = None
         self.due_at: float | None = None
         self.checks_done = 0
+        self.strict = strict.enabled()
+        self.mismatch: str | None = None  # strict mode: why the call is a collective mismatch
+        self.told = False
 
     def update(self, waiting: set) -> None:
-        """Called after each batch of replies; samples the stacks of ``waiting`` when due."""
+        """Called after each batch of replies; samples the stacks of ``waiting`` when due.
+
+        Under ``LABUTILS_STRICT_COLLECTIVES`` ranks still inside a collective
+        :data:`labutils.strict.MISMATCH_AFTER_S` after another finished set ``mismatch``."""
         if not waiting or len(waiting) == self.links.world_size or self.checks_done == len(STRAGGLER_CHECKS_S):
             return
         now = time.monotonic()
@@ -59,14 +66,27 @@ class StragglerNotice:
         self.checks_done += 1
         stacks = self.links.stacks(sorted(waiting))
         inside = {r: op for r in sorted(waiting) if (op := collective_in(stacks.get(r, "")))}
-        if inside:
-            self.checks_done = len(STRAGGLER_CHECKS_S)
-            finished = set(range(self.links.world_size)) - waiting
+        finished = set(range(self.links.world_size)) - waiting
+        if inside and self.strict and now - self.first_finish_at >= strict.MISMATCH_AFTER_S:
+            self.mismatch = mismatch_line(finished, inside)
+        elif inside and not self.told:
+            self.told = True
             print(f"labutils: {straggler_line(finished, inside, self.waiting_up_to_s)}", flush=True)
+        if inside and not self.strict:
+            self.checks_done = len(STRAGGLER_CHECKS_S)
         if self.checks_done < len(STRAGGLER_CHECKS_S):
             self.due_at = self.first_finish_at + STRAGGLER_CHECKS_S[self.checks_done]
         else:
             self.due_at = None
+
+
+def mismatch_line(finished, inside: dict[int, str]) -> str:
+    """"rank 1 returned without calling all_reduce, which rank 0 is still inside: ..."."""
+    ops = sorted(set(inside.values()))
+    return (f"{ranks_phrase(finished)} returned without calling {' / '.join(ops)}, which "
+            f"{ranks_phrase(sorted(inside))} {'is' if len(inside) == 1 else 'are'} still inside "
+            f"{strict.MISMATCH_AFTER_S:g} s later: the ranks issued different collectives (NCCL would hang here). "
+            f"All ranks were stopped ({strict.ENV} is on); fresh ranks start on the next call.")
 
 
 def straggler_line(finished, inside: dict[int, str], waiting_up_to_s: float) -> str:
@@ -112,6 +132,9 @@ def collect(links: RankLinks, kinds: tuple, deadline: float, doing: str, call_id
     try:
         _wait(links, waiting, deadline, take, lambda: bool(errors), notice)
         links.drain_output()
+        if notice is not None and notice.mismatch and not errors:
+            links.kill()
+            raise hide_launcher_frames(strict.CollectiveMismatchError(notice.mismatch))
         # A death comes first: the errors of the other ranks are usually its consequence.
         dead = links.dead_ranks(set(range(links.world_size)) - set(replies))
         if dead:
@@ -153,6 +176,8 @@ def _wait(links: RankLinks, waiting: set, deadline: float, take, failed, notice=
             first_failure_at = time.monotonic()  # let the other ranks' news arrive too
         if first_failure_at is None and notice is not None:
             notice.update(waiting)
+            if notice.mismatch:
+                break
 
 
 def stop_on_interrupt(links: RankLinks):

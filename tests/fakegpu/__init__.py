@@ -17,6 +17,7 @@ x16, 18 NVLinks; NVIDIA H100 Tensor Core GPU datasheet); UUIDs are made up.
 """
 from __future__ import annotations
 
+import os
 import subprocess
 import types
 from dataclasses import dataclass, field
@@ -89,6 +90,8 @@ class FakeGpuNode:
 
     def __init__(self, monkeypatch, gpus, driver_cuda=12080, torch_cuda="12.8", nvml="ok",
                  cuda_init_error=None, topo=None, nccl=True):
+        if os.environ.get("CUDA_VISIBLE_DEVICES") == "":  # the suite hides real GPUs; a faked node has no mask
+            monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
         self.gpus, self.driver_cuda, self.nvml = list(gpus), driver_cuda, nvml
         self.cuda_init_error, self.topo = cuda_init_error, topo
         self.probe_runs = 0

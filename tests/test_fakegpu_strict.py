@@ -1,0 +1,123 @@
+"""LABUTILS_STRICT_COLLECTIVES: NCCL's rules enforced on CPU (gloo), ending a mismatch in seconds."""
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+import torch.distributed as dist
+
+import labutils
+from labutils import strict
+
+pytestmark = [pytest.mark.fakegpu, pytest.mark.usefixtures("no_leftover_processes")]
+
+
+def _different_shapes():
+    dist.all_reduce(torch.ones(4 if dist.get_rank() == 0 else 3))
+
+
+def _different_ops():
+    if dist.get_rank() == 0:
+        dist.all_reduce(torch.ones(2))
+    else:
+        dist.broadcast(torch.ones(2), src=0)
+
+
+def _only_rank_0_reduces():
+    if dist.get_rank() == 0:
+        dist.all_reduce(torch.ones(1))
+
+
+@pytest.fixture
+def strict_on(monkeypatch):
+    monkeypatch.setenv(strict.ENV, "1")
+
+
+@pytest.mark.usefixtures("strict_on")
+@pytest.mark.parametrize("fn, words", [(_different_shapes, ("TensorShape=[4]", "TensorShape=[3]")),
+                                       (_different_ops, ("OpType=ALLREDUCE", "OpType=BROADCAST"))])
+def test_mismatched_collectives_under_strict_end_the_launch_naming_both_ranks_and_calls(fn, words):
+    # timeout=60: a hang would end as RankTimeoutError, not as this message
+    with pytest.raises(RuntimeError, match="Detected mismatch between collectives on ranks") as info:
+        labutils.launch(fn, 2, backend="gloo", timeout=60)
+    text = str(info.value)
+    assert "Rank 0" in text and "Rank 1" in text and all(word in text for word in words)
+
+
+@pytest.mark.usefixtures("strict_on")
+def test_a_rank_skipping_a_collective_under_strict_ends_with_a_mismatch_not_a_hang():
+    with pytest.raises(strict.CollectiveMismatchError) as info:
+        labutils.launch(_only_rank_0_reduces, 2, backend="gloo", timeout=60)
+    assert "rank 1 returned without calling all_reduce, which rank 0 is still inside" in str(info.value)
+
+
+@pytest.mark.usefixtures("strict_on")
+def test_the_pool_runs_the_next_call_on_fresh_ranks_after_a_strict_mismatch():
+    with labutils.Pool(2, backend="gloo", timeout=60) as pool:
+        with pytest.raises(RuntimeError):
+            pool.run(_different_shapes)
+        assert pool.run(dist.get_rank) == [0, 1]
+
+
+def _checks_in_place():
+    return getattr(dist.all_reduce, "__labutils_strict__", False), dist.get_debug_level() == dist.DebugLevel.DETAIL
+
+
+def test_strict_ranks_wrap_collectives_and_use_torchs_detail_checks(strict_on):
+    assert labutils.launch(_checks_in_place, 2, backend="gloo", timeout=60) == [(True, True)] * 2
+
+
+def test_without_the_switch_ranks_run_torch_distributed_untouched(monkeypatch):
+    monkeypatch.delenv(strict.ENV, raising=False)
+    assert labutils.launch(_checks_in_place, 2, backend="gloo", timeout=60) == [(False, False)] * 2
+
+
+def test_a_tensor_off_the_ranks_gpu_fails_under_strict_as_it_would_hang_nccl():
+    seen = []
+    checked = strict.device_checked(lambda tensor, **kw: seen.append(tensor), "all_reduce", torch.device("cuda", 1))
+    with pytest.raises(strict.CollectiveDeviceError, match="all_reduce got a tensor on cpu, but this rank's device "
+                                                           "is cuda:1.*labutils.rank.device"):
+        checked(torch.ones(1))
+    assert not seen
+
+
+def test_tensors_inside_lists_are_checked_too_so_all_gather_outputs_cannot_slip_by():
+    checked = strict.device_checked(lambda *args, **kw: None, "all_gather", torch.device("cuda", 0))
+    with pytest.raises(strict.CollectiveDeviceError):
+        checked([torch.ones(1)], torch.ones(1))
+
+
+def test_a_tensor_on_the_ranks_device_passes_the_check():
+    seen = []
+    strict.device_checked(lambda tensor: seen.append(tensor), "all_reduce", torch.device("cpu"))(torch.ones(1))
+    assert len(seen) == 1
+
+
+@pytest.mark.parametrize("value, on", [("1", True), ("yes", True), ("0", False), ("", False)])
+def test_the_switch_reads_like_a_flag(monkeypatch, value, on):
+    monkeypatch.setenv(strict.ENV, value)
+    assert strict.enabled() is on
+
+
+def test_the_test_suite_itself_runs_with_the_strict_switch_on():
+    assert os.environ.get(strict.ENV) == "1"
+
+
+def test_nightly_kernels_launch_with_the_strict_switch_on(monkeypatch):
+    from grading.nightly.processes import KernelChoice, subprocess_env
+
+    monkeypatch.delenv(strict.ENV, raising=False)
+    assert subprocess_env(KernelChoice("python3", None, "this interpreter"))[strict.ENV] == "1"
+
+
+@pytest.mark.parametrize("markexpr, selects", [("gpu or multigpu", True), ("multigpu", True), ("", False),
+                                              ("not gpu", False), ("slow and not gpu", False), ("fakegpu", False)])
+def test_only_a_gpu_run_of_the_suite_sees_the_gpus_so_make_test_passes_on_a_gpu_node(markexpr, selects):
+    from conftest import selects_gpu_tests
+
+    assert selects_gpu_tests(markexpr) is selects
+
+
+def test_tests_not_marked_gpu_see_no_gpu():
+    assert os.environ.get("CUDA_VISIBLE_DEVICES") == ""
