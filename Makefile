@@ -73,8 +73,9 @@ bench: $(STAMP)
 	$(BIN)/python -m pip install -q -e '.[bench]'
 	$(BIN)/python bench/launch.py
 
-# On a GPU node: GPU-marked tests, single-GPU benchmarks and NCCL all_reduce, appended as a dated
-# entry to docs/gpu-results.md. Without a GPU: one line, exit 0, nothing written.
+# On a GPU node, in under 8 minutes: GPU-marked tests, single-GPU benchmarks, NCCL all_reduce, the
+# timed chapters on NCCL (1 rank and one per GPU) and lab 2's judge on NCCL, appended as a dated
+# entry to docs/gpu-results.md with what could not run. Without a GPU: one line, exit 0, nothing written.
 .PHONY: gpu-check
 gpu-check: $(STAMP)
 	@$(BIN)/python bench/gpu_checks.py
