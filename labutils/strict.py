@@ -21,6 +21,8 @@ from __future__ import annotations
 import functools
 import os
 
+from labutils.errors import LaunchError
+
 ENV = "LABUTILS_STRICT_COLLECTIVES"
 #: seconds after the first rank finished at which ranks still inside a collective are a mismatch
 MISMATCH_AFTER_S = 8.0
@@ -30,7 +32,7 @@ CHECKED = ("all_reduce", "broadcast", "reduce", "all_gather", "all_gather_into_t
            "isend", "irecv")
 
 
-class CollectiveMismatchError(RuntimeError):
+class CollectiveMismatchError(LaunchError):
     """Ranks issued different collectives: NCCL would hang or pair the wrong calls."""
 
 
