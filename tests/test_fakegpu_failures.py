@@ -68,3 +68,22 @@ def test_a_cpu_tensor_on_nccl_error_says_to_create_it_on_the_rank_device():
 def test_an_unrelated_error_gets_no_device_hint():
     exc = raised(FakeLinks(2), [(0, failed("shape mismatch"))], retire=True)
     assert not any("rank.device()" in note for note in exc.__notes__)
+
+
+def _examples():
+    """The student examples: README's code blocks and the launch / %%distributed docstrings."""
+    import re
+    from pathlib import Path
+
+    from labutils import launch, magic
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    return re.findall(r"```python\n(.*?)```", readme, re.S) + [launch.__doc__, magic.__doc__]
+
+
+def test_student_examples_create_tensors_on_the_rank_device_so_they_run_under_nccl():
+    import re
+
+    made = [call for text in _examples() for call in re.findall(r"torch\.(?:ones|zeros|randn|tensor|empty)\([^\n]*", text)]
+    assert made, "the examples create no tensor any more: update this test"
+    assert all("device" in call for call in made), made
