@@ -7,7 +7,8 @@ the rank's own GPU. With the switch on, every rank a launch starts:
 - wraps its process group in torch's ``ProcessGroupWrapper`` (``TORCH_DISTRIBUTED_DEBUG=DETAIL``):
   before each collective the ranks compare its fingerprint (op, shapes, dtypes, devices), and
   a difference raises on every rank at once, naming both ranks and both calls;
-- checks the device of every tensor given to a ``torch.distributed`` collective against the
+- checks the device of every tensor given to a ``torch.distributed`` collective (not to
+  point-to-point calls) against the
   rank's device (``labutils.rank.device()``: ``cuda:<local rank>`` under NCCL), failing at once
   where NCCL would fail or hang;
 - and the launcher, when a rank has finished while others are still inside a collective
@@ -26,10 +27,11 @@ from labutils.errors import LaunchError
 ENV = "LABUTILS_STRICT_COLLECTIVES"
 #: seconds after the first rank finished at which ranks still inside a collective are a mismatch
 MISMATCH_AFTER_S = 8.0
-#: the torch.distributed functions whose tensor arguments must sit on the rank's device
+#: the torch.distributed collectives whose tensor arguments must sit on the rank's device
+#: (point-to-point functions stay torch's own: ``P2POp`` accepts only ``dist.isend`` / ``dist.irecv``
+#: themselves, and the fingerprint check does not cover them either)
 CHECKED = ("all_reduce", "broadcast", "reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter",
-           "reduce_scatter_tensor", "all_to_all", "all_to_all_single", "gather", "scatter", "send", "recv",
-           "isend", "irecv")
+           "reduce_scatter_tensor", "all_to_all", "all_to_all_single", "gather", "scatter")
 
 
 class CollectiveMismatchError(LaunchError):

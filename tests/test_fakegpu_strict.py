@@ -121,3 +121,16 @@ def test_only_a_gpu_run_of_the_suite_sees_the_gpus_so_make_test_passes_on_a_gpu_
 
 def test_tests_not_marked_gpu_see_no_gpu():
     assert os.environ.get("CUDA_VISIBLE_DEVICES") == ""
+
+
+def _ring_with_p2pop():
+    rank, world = dist.get_rank(), dist.get_world_size()
+    out, got = torch.full((2,), float(rank)), torch.empty(2)
+    ops = [dist.P2POp(dist.isend, out, (rank + 1) % world), dist.P2POp(dist.irecv, got, (rank - 1) % world)]
+    for request in dist.batch_isend_irecv(ops):
+        request.wait()
+    return got[0].item()
+
+
+def test_strict_mode_leaves_point_to_point_calls_usable_in_batch_isend_irecv(strict_on):
+    assert labutils.launch(_ring_with_p2pop, 2, backend="gloo", timeout=60) == [1.0, 0.0]
