@@ -53,8 +53,9 @@ class StragglerNotice:
     def update(self, waiting: set) -> None:
         """Called after each batch of replies; samples the stacks of ``waiting`` when due.
 
-        Under ``LABUTILS_STRICT_COLLECTIVES`` ranks still inside a collective
-        :data:`labutils.strict.MISMATCH_AFTER_S` after another finished set ``mismatch``."""
+        Under ``LABUTILS_STRICT_COLLECTIVES``, when every rank still running is inside a
+        collective :data:`labutils.strict.MISMATCH_AFTER_S` after another finished, ``mismatch``
+        is set (a rank still computing might yet join them, so that is not called one)."""
         if not waiting or len(waiting) == self.links.world_size or self.checks_done == len(STRAGGLER_CHECKS_S):
             return
         now = time.monotonic()
@@ -67,7 +68,8 @@ class StragglerNotice:
         stacks = self.links.stacks(sorted(waiting))
         inside = {r: op for r in sorted(waiting) if (op := collective_in(stacks.get(r, "")))}
         finished = set(range(self.links.world_size)) - waiting
-        if inside and self.strict and now - self.first_finish_at >= strict.MISMATCH_AFTER_S:
+        stuck = len(inside) == len(waiting)  # nobody left computing who could still join them
+        if inside and stuck and self.strict and now - self.first_finish_at >= strict.MISMATCH_AFTER_S:
             self.mismatch = mismatch_line(finished, inside)
         elif inside and not self.told:
             self.told = True

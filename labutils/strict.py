@@ -11,8 +11,8 @@ the rank's own GPU. With the switch on, every rank a launch starts:
   point-to-point calls) against the
   rank's device (``labutils.rank.device()``: ``cuda:<local rank>`` under NCCL), failing at once
   where NCCL would fail or hang;
-- and the launcher, when a rank has finished while others are still inside a collective
-  :data:`MISMATCH_AFTER_S` seconds later (a collective the finished rank never issued),
+- and the launcher, when a rank has finished while every other rank is still inside a
+  collective :data:`MISMATCH_AFTER_S` seconds later (a collective the finished rank never issued),
   stops every rank and raises :class:`CollectiveMismatchError` naming them and the call.
 
 So a mismatch ends the launch within seconds, with a message, instead of a hang.

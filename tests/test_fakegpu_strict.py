@@ -134,3 +134,56 @@ def _ring_with_p2pop():
 
 def test_strict_mode_leaves_point_to_point_calls_usable_in_batch_isend_irecv(strict_on):
     assert labutils.launch(_ring_with_p2pop, 2, backend="gloo", timeout=60) == [1.0, 0.0]
+
+
+class _Clock:
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self):
+        return self.now
+
+
+class _StackLinks:
+    """Three ranks: ``stacks`` says where each still-running rank is."""
+
+    world_size = 3
+
+    def __init__(self, stacks):
+        self._stacks = stacks
+
+    def stacks(self, ranks):
+        return {r: self._stacks[r] for r in ranks}
+
+
+IN_ALL_REDUCE = 'File "/x/torch/distributed/distributed_c10d.py", line 1, in all_reduce\n'
+COMPUTING = 'File "/x/model.py", line 3, in forward\n'
+
+
+def _notice_after(monkeypatch, stacks, seconds):
+    from labutils import _replies
+
+    clock = _Clock()
+    monkeypatch.setattr(_replies.time, "monotonic", clock)
+    notice = _replies.StragglerNotice(_StackLinks(stacks), 120.0)
+    while clock.now < 100.0 + seconds:
+        notice.update({1, 2})
+        clock.now += 0.25
+    return notice
+
+
+def test_strict_calls_it_a_mismatch_only_when_every_running_rank_sits_in_a_collective(monkeypatch, strict_on, capsys):
+    notice = _notice_after(monkeypatch, {1: IN_ALL_REDUCE, 2: IN_ALL_REDUCE}, 9)
+    assert notice.mismatch and "rank 0 returned without calling all_reduce" in notice.mismatch
+
+
+def test_strict_does_not_fail_a_subgroup_collective_whose_peer_is_still_computing(monkeypatch, strict_on, capsys):
+    notice = _notice_after(monkeypatch, {1: IN_ALL_REDUCE, 2: COMPUTING}, 9)
+    assert notice.mismatch is None
+    assert "rank 1 is still in all_reduce" in capsys.readouterr().out  # still told, once
+
+
+def test_without_strict_a_rank_left_in_a_collective_is_only_told_never_failed(monkeypatch, capsys):
+    monkeypatch.delenv(strict.ENV, raising=False)
+    notice = _notice_after(monkeypatch, {1: IN_ALL_REDUCE, 2: IN_ALL_REDUCE}, 9)
+    assert notice.mismatch is None and capsys.readouterr().out.count("still in all_reduce") == 1
