@@ -104,3 +104,6 @@ def test_labutils_asks_nvml_not_cuda_so_choosing_a_backend_creates_no_context_in
         monkeypatch.setattr(torch.cuda, name, no_cuda)
     assert choose_backend("auto", 8).backend == "nccl"
     gpu_exclusive.check_ranks_can_own(8)
+    import labutils
+
+    assert labutils.Pool(8).backend == "nccl"  # a pool decided, nothing started, still no CUDA here
