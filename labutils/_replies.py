@@ -66,7 +66,8 @@ class StragglerNotice:
             return
         self.checks_done += 1
         stacks = self.links.stacks(sorted(waiting))
-        inside = {r: op for r in sorted(waiting) if (op := collective_in(stacks.get(r, "")))}
+        inside = {r: op for r in sorted(waiting)
+                  if (op := strict.checked_call_in(stacks.get(r, "")) or collective_in(stacks.get(r, "")))}
         finished = set(range(self.links.world_size)) - waiting
         stuck = len(inside) == len(waiting)  # nobody left computing who could still join them
         if inside and stuck and self.strict and now - self.first_finish_at >= strict.MISMATCH_AFTER_S:

@@ -113,12 +113,12 @@ def _init_process_group(spec: dict, ctrl: socket.socket):
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
     kwargs = {"device_id": device} if spec["device_type"] == "cuda" else {}
-    from labutils import strict
-
-    strict.setup(device)  # LABUTILS_STRICT_COLLECTIVES: NCCL's rules checked (before the group exists)
     dist.init_process_group(
         spec["backend"], store=store, rank=rank, world_size=world_size, timeout=timeout, **kwargs
     )
+    from labutils import strict
+
+    strict.setup(device)  # LABUTILS_STRICT_COLLECTIVES: NCCL's rules checked on every collective
     from labutils import rank as rank_info
 
     rank_info.configure(device, spec["backend"])

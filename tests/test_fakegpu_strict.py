@@ -35,14 +35,26 @@ def strict_on(monkeypatch):
 
 
 @pytest.mark.usefixtures("strict_on")
-@pytest.mark.parametrize("fn, words", [(_different_shapes, ("TensorShape=[4]", "TensorShape=[3]")),
-                                       (_different_ops, ("OpType=ALLREDUCE", "OpType=BROADCAST"))])
+@pytest.mark.parametrize("fn, words", [(_different_shapes, ("all_reduce of float32 [4]", "all_reduce of float32 [3]")),
+                                       (_different_ops, ("all_reduce of float32 [2]", "broadcast of float32 [2]"))])
 def test_mismatched_collectives_under_strict_end_the_launch_naming_both_ranks_and_calls(fn, words):
     # timeout=60: a hang would end as RankTimeoutError, not as this message
-    with pytest.raises(RuntimeError, match="Detected mismatch between collectives on ranks") as info:
+    with pytest.raises(strict.CollectiveMismatchError) as info:
         labutils.launch(fn, 2, backend="gloo", timeout=60)
     text = str(info.value)
-    assert "Rank 0" in text and "Rank 1" in text and all(word in text for word in words)
+    assert "rank 0 called" in text and "rank 1 called" in text and all(word in text for word in words)
+
+
+def _ddp_step():
+    from torch.nn.parallel import DistributedDataParallel
+
+    model = torch.nn.Linear(4, 1)
+    DistributedDataParallel(model)(torch.ones(2, 4)).sum().backward()
+    return model.weight.grad.sum().item()
+
+
+def test_ddp_runs_under_strict_where_torchs_detail_wrapper_crashes_it(strict_on):
+    assert labutils.launch(_ddp_step, 2, backend="gloo", timeout=60) == [8.0, 8.0]
 
 
 @pytest.mark.usefixtures("strict_on")
@@ -55,17 +67,17 @@ def test_a_rank_skipping_a_collective_under_strict_ends_with_a_mismatch_not_a_ha
 @pytest.mark.usefixtures("strict_on")
 def test_the_pool_runs_the_next_call_on_fresh_ranks_after_a_strict_mismatch():
     with labutils.Pool(2, backend="gloo", timeout=60) as pool:
-        with pytest.raises(RuntimeError):
+        with pytest.raises(strict.CollectiveMismatchError):
             pool.run(_different_shapes)
         assert pool.run(dist.get_rank) == [0, 1]
 
 
 def _checks_in_place():
-    return getattr(dist.all_reduce, "__labutils_strict__", False), dist.get_debug_level() == dist.DebugLevel.DETAIL
+    return getattr(dist.all_reduce, "__labutils_strict__", False), getattr(dist.isend, "__labutils_strict__", False)
 
 
-def test_strict_ranks_wrap_collectives_and_use_torchs_detail_checks(strict_on):
-    assert labutils.launch(_checks_in_place, 2, backend="gloo", timeout=60) == [(True, True)] * 2
+def test_strict_ranks_check_collectives_and_leave_point_to_point_calls_alone(strict_on):
+    assert labutils.launch(_checks_in_place, 2, backend="gloo", timeout=60) == [(True, False)] * 2
 
 
 def test_without_the_switch_ranks_run_torch_distributed_untouched(monkeypatch):
