@@ -14,12 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-
-
-def selects_gpu_tests(markexpr: str) -> bool:
-    """Whether a ``-m`` expression asks for GPU tests ("gpu", "gpu or multigpu"; not "not gpu")."""
-    words = markexpr.replace("(", " ").replace(")", " ").split()
-    return any(w in ("gpu", "multigpu") and (i == 0 or words[i - 1] != "not") for i, w in enumerate(words))
+from gpu_selection import selects_gpu_tests
 
 
 def pytest_configure(config):

@@ -126,7 +126,7 @@ def test_nightly_kernels_launch_with_the_strict_switch_on(monkeypatch):
 @pytest.mark.parametrize("markexpr, selects", [("gpu or multigpu", True), ("multigpu", True), ("", False),
                                               ("not gpu", False), ("slow and not gpu", False), ("fakegpu", False)])
 def test_only_a_gpu_run_of_the_suite_sees_the_gpus_so_make_test_passes_on_a_gpu_node(markexpr, selects):
-    from conftest import selects_gpu_tests
+    from gpu_selection import selects_gpu_tests
 
     assert selects_gpu_tests(markexpr) is selects
 
