@@ -69,11 +69,21 @@ def _group_of(fn, args, kwargs):
     return bound.arguments.get("group")
 
 
+def fingerprint(name: str, tensors: list) -> tuple:
+    """What every rank's call must share: the op, and the dtype and shape of its first tensor (the
+    one each rank contributes or receives alike; only all-to-all's may differ in shape, and a
+    root's extra gather/scatter list is not compared)."""
+    if not tensors:
+        return (name, None, None)
+    first = tensors[0]
+    shape = None if name.startswith("all_to_all") else tuple(first.shape)
+    return (name, str(first.dtype).removeprefix("torch."), shape)
+
+
 def describe(call) -> str:
-    """"all_reduce of float32 [4]" for a fingerprint (name, shapes, dtypes)."""
-    name, shapes, dtypes = call
-    tensors = ", ".join(f"{dtype} {list(shape)}" for shape, dtype in zip(shapes, dtypes))
-    return f"{name} of {tensors or 'no tensor'}"
+    """"all_reduce of float32 [4]" for a :func:`fingerprint`."""
+    name, dtype, shape = call
+    return f"{name} of {dtype or 'no tensor'}{'' if shape is None else ' ' + str(list(shape))}"
 
 
 def _same_everywhere(call, helper) -> None:
@@ -104,8 +114,7 @@ def device_checked(fn, name: str, device, helper=None):
                     f"every tensor of a collective must be on the rank's GPU. Create it with "
                     f"device=labutils.rank.device() (`device` in %%distributed) or move it with .to(device)")
         if helper is not None and _group_of(fn, args, kwargs) in (None, _world()):
-            _same_everywhere((name, [tuple(t.shape) for t in tensors], [str(t.dtype).removeprefix("torch.")
-                                                                         for t in tensors]), helper)
+            _same_everywhere(fingerprint(name, tensors), helper)
         return fn(*args, **kwargs)
     checked.__code__ = checked.__code__.replace(co_name=f"checked_{name}")  # a stack names the call
     checked.__labutils_strict__ = True

@@ -199,3 +199,10 @@ def test_without_strict_a_rank_left_in_a_collective_is_only_told_never_failed(mo
     monkeypatch.delenv(strict.ENV, raising=False)
     notice = _notice_after(monkeypatch, {1: IN_ALL_REDUCE, 2: IN_ALL_REDUCE}, 9)
     assert notice.mismatch is None and capsys.readouterr().out.count("still in all_reduce") == 1
+
+
+def test_a_roots_gather_list_is_not_called_a_mismatch_but_a_different_shape_is():
+    one, three = [torch.ones(1)], [torch.ones(1)] * 3
+    assert strict.fingerprint("gather", one) == strict.fingerprint("gather", one + three)
+    assert strict.fingerprint("all_reduce", [torch.ones(4)]) != strict.fingerprint("all_reduce", [torch.ones(3)])
+    assert strict.fingerprint("all_to_all_single", [torch.ones(4)]) == strict.fingerprint("all_to_all_single", [torch.ones(6)])
