@@ -12,12 +12,16 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: test nightly lab student hub bench clean-venv
 
-# torch is installed first with its exact pin, so no resolver ever picks another build:
-# on a CPU machine the pin takes the CPU wheel, on a GPU node the CUDA build from PyPI.
+# torch is installed first with its exact pin, so no resolver ever picks another build. On a
+# GPU node (nvidia-smi answers) the pin comes from PyTorch's index for the newest CUDA the
+# driver runs (labutils/cuda_build.py; the plain pin if that index lacks it); on a CPU
+# machine the plain pin takes the CPU wheel.
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q torch==2.13.0
+	index="$$($(BIN)/python labutils/cuda_build.py --index-url)"; \
+	if [ -n "$$index" ]; then $(BIN)/python -m pip install -q torch==2.13.0 --index-url "$$index" || $(BIN)/python -m pip install -q torch==2.13.0; \
+	else $(BIN)/python -m pip install -q torch==2.13.0; fi
 	$(BIN)/python -m pip install -q -e '.[course,test]'
 	@command -v bwrap >/dev/null || { if command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ]; then apt-get install -y -q bubblewrap; else echo "course grade needs bubblewrap: sudo apt-get install bubblewrap"; fi; }
 	touch $@
@@ -89,8 +93,9 @@ bench: $(STAMP)
 	$(BIN)/python -m pip install -q -e '.[bench]'
 	$(BIN)/python bench/launch.py
 
-# On a GPU node: GPU-marked tests, single-GPU benchmarks and NCCL all_reduce, appended as a dated
-# entry to docs/gpu-results.md. Without a GPU: one line, exit 0, nothing written.
+# On a GPU node, in under 8 minutes: GPU-marked tests, single-GPU benchmarks, NCCL all_reduce, the
+# timed chapters on NCCL (1 rank and one per GPU) and lab 2's judge on NCCL, appended as a dated
+# entry to docs/gpu-results.md with what could not run. Without a GPU: one line, exit 0, nothing written.
 .PHONY: gpu-check
 gpu-check: $(STAMP)
 	@$(BIN)/python bench/gpu_checks.py

@@ -15,12 +15,18 @@ from __future__ import annotations
 
 import time
 
+from labutils import strict
 from labutils._ranklinks import RankLinks
 from labutils._render import (collective_in, describe_status, hide_launcher_frames, ranks_phrase,
                               rebuild_exception, short_type_name, shorten, stderr_explanation)
 from labutils.errors import RankDiedError, RankTimeoutError
 from labutils.messages import Failed
 
+#: what torch says when a collective gets a CPU tensor on an NCCL-only process group
+CPU_TENSOR_ON_NCCL = "No backend type associated with device type cpu"
+CPU_TENSOR_HINT = ("[labutils] these ranks run NCCL, which takes only CUDA tensors: create them on the rank's "
+                   "device (torch.ones(1, device=labutils.rank.device()); `device` in a %%distributed cell), "
+                   "or launch with backend='gloo' to keep them on the CPU")
 #: Seconds to wait for the other ranks' answers after one rank has failed.
 FAILURE_GRACE_S = 0.5
 #: Seconds after the first rank finished a call at which the ranks still busy are looked at
@@ -40,9 +46,16 @@ class StragglerNotice:
         self.first_finish_at: float | None = None
         self.due_at: float | None = None
         self.checks_done = 0
+        self.strict = strict.enabled()
+        self.mismatch: str | None = None  # strict mode: why the call is a collective mismatch
+        self.told = False
 
     def update(self, waiting: set) -> None:
-        """Called after each batch of replies; samples the stacks of ``waiting`` when due."""
+        """Called after each batch of replies; samples the stacks of ``waiting`` when due.
+
+        Under ``LABUTILS_STRICT_COLLECTIVES``, when every rank still running is inside a
+        collective :data:`labutils.strict.MISMATCH_AFTER_S` after another finished, ``mismatch``
+        is set (a rank still computing might yet join them, so that is not called one)."""
         if not waiting or len(waiting) == self.links.world_size or self.checks_done == len(STRAGGLER_CHECKS_S):
             return
         now = time.monotonic()
@@ -53,15 +66,30 @@ class StragglerNotice:
             return
         self.checks_done += 1
         stacks = self.links.stacks(sorted(waiting))
-        inside = {r: op for r in sorted(waiting) if (op := collective_in(stacks.get(r, "")))}
-        if inside:
-            self.checks_done = len(STRAGGLER_CHECKS_S)
-            finished = set(range(self.links.world_size)) - waiting
+        inside = {r: op for r in sorted(waiting)
+                  if (op := strict.checked_call_in(stacks.get(r, "")) or collective_in(stacks.get(r, "")))}
+        finished = set(range(self.links.world_size)) - waiting
+        stuck = len(inside) == len(waiting)  # nobody left computing who could still join them
+        if inside and stuck and self.strict and now - self.first_finish_at >= strict.MISMATCH_AFTER_S:
+            self.mismatch = mismatch_line(finished, inside)
+        elif inside and not self.told:
+            self.told = True
             print(f"labutils: {straggler_line(finished, inside, self.waiting_up_to_s)}", flush=True)
+        if inside and not self.strict:
+            self.checks_done = len(STRAGGLER_CHECKS_S)
         if self.checks_done < len(STRAGGLER_CHECKS_S):
             self.due_at = self.first_finish_at + STRAGGLER_CHECKS_S[self.checks_done]
         else:
             self.due_at = None
+
+
+def mismatch_line(finished, inside: dict[int, str]) -> str:
+    """"rank 1 returned without calling all_reduce, which rank 0 is still inside: ..."."""
+    ops = sorted(set(inside.values()))
+    return (f"{ranks_phrase(finished)} returned without calling {' / '.join(ops)}, which "
+            f"{ranks_phrase(sorted(inside))} {'is' if len(inside) == 1 else 'are'} still inside "
+            f"{strict.MISMATCH_AFTER_S:g} s later: the ranks issued different collectives (NCCL would hang here). "
+            f"All ranks were stopped ({strict.ENV} is on); fresh ranks start on the next call.")
 
 
 def straggler_line(finished, inside: dict[int, str], waiting_up_to_s: float) -> str:
@@ -76,13 +104,14 @@ def straggler_line(finished, inside: dict[int, str], waiting_up_to_s: float) -> 
 
 
 def collect(links: RankLinks, kinds: tuple, deadline: float, doing: str, call_id=None, ranks=None,
-            notice: StragglerNotice | None = None) -> dict:
+            notice: StragglerNotice | None = None, retire_on_error: bool = False) -> dict:
     """Wait for one message of a type in ``kinds`` from each rank in ``ranks`` (all by default),
     of call ``call_id`` when given; relay output meanwhile. Return {rank: message}.
 
     ``deadline`` is a ``time.monotonic()`` time; ``doing`` names the phase in error messages
-    ("running", "starting"); ``notice`` tells about ranks left in a collective. Raises as the
-    module docstring says.
+    ("running", "starting"); ``notice`` tells about ranks left in a collective;
+    ``retire_on_error`` (NCCL): any rank's error retires every rank, even when all replied
+    (see :func:`fail_after_errors`). Raises as the module docstring says.
     """
     __tracebackhide__ = True
     waiting = set(range(links.world_size) if ranks is None else ranks)
@@ -106,12 +135,15 @@ def collect(links: RankLinks, kinds: tuple, deadline: float, doing: str, call_id
     try:
         _wait(links, waiting, deadline, take, lambda: bool(errors), notice)
         links.drain_output()
+        if notice is not None and notice.mismatch and not errors:
+            links.kill()
+            raise hide_launcher_frames(strict.CollectiveMismatchError(notice.mismatch))
         # A death comes first: the errors of the other ranks are usually its consequence.
         dead = links.dead_ranks(set(range(links.world_size)) - set(replies))
         if dead:
             fail_dead(links, dead, errors, doing)
         if errors:
-            fail_after_errors(links, errors, waiting)
+            fail_after_errors(links, errors, waiting, retire_on_error)
         if waiting:
             fail_timeout(links, sorted(waiting), doing, sorted(replies))
     except KeyboardInterrupt:  # also while reading stacks or killing: never leave ranks running
@@ -147,6 +179,8 @@ def _wait(links: RankLinks, waiting: set, deadline: float, take, failed, notice=
             first_failure_at = time.monotonic()  # let the other ranks' news arrive too
         if first_failure_at is None and notice is not None:
             notice.update(waiting)
+            if notice.mismatch:
+                break
 
 
 def stop_on_interrupt(links: RankLinks):
@@ -182,13 +216,19 @@ def fail_dead(links: RankLinks, dead: list[int], errors, doing: str) -> None:
         message.rstrip("\n") + ".\nAll ranks were stopped; fresh ranks start on the next call.", rank, exitcode, sig))
 
 
-def fail_after_errors(links: RankLinks, errors: list[tuple[int, Failed]], still_running) -> None:
+def fail_after_errors(links: RankLinks, errors: list[tuple[int, Failed]], still_running,
+                      retire: bool = False) -> None:
     """Raise the first error to arrive (the cause; later ones are often its consequence);
-    of ranks that raised that same error, name the lowest. Others are listed in notes."""
+    of ranks that raised that same error, name the lowest. Others are listed in notes.
+
+    The ranks are stopped when some are still running or have ended, and always when
+    ``retire`` (NCCL): there a rank can raise with a collective it issued still queued on its
+    GPU stream, unmatched, and that collective would pair with the next call's first one.
+    On gloo a collective blocks until matched, so ranks that all replied are kept."""
     __tracebackhide__ = True
     same_as_first = [e for e in errors if e[1].same_error(errors[0][1])]
     rank, failed = min(same_as_first, key=lambda e: e[0])
-    if still_running or any(links.exit_status(r) is not None for r in range(len(links.ranks))):
+    if retire or still_running or any(links.exit_status(r) is not None for r in range(len(links.ranks))):
         links.kill()  # some ranks may be stuck in a collective the failed rank never joined
         restarted = True
     else:
@@ -205,6 +245,8 @@ def fail_after_errors(links: RankLinks, errors: list[tuple[int, Failed]], still_
             exc.add_note(f"[labutils] rank {other} then raised {short_type_name(m.type_name)}: {shorten(m.message)}")
         if restarted:
             exc.add_note("[labutils] the other ranks were stopped; the pool starts fresh ranks on its next call")
+        if CPU_TENSOR_ON_NCCL in failed.message:
+            exc.add_note(CPU_TENSOR_HINT)
     raise hide_launcher_frames(exc)  # the rank's traceback travels as exc.__cause__ (a RemoteTraceback), shown above this frame
 
 

@@ -116,6 +116,9 @@ def _init_process_group(spec: dict, ctrl: socket.socket):
     dist.init_process_group(
         spec["backend"], store=store, rank=rank, world_size=world_size, timeout=timeout, **kwargs
     )
+    from labutils import strict
+
+    strict.setup(device)  # LABUTILS_STRICT_COLLECTIVES: NCCL's rules checked on every collective
     from labutils import rank as rank_info
 
     rank_info.configure(device, spec["backend"])

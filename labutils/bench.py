@@ -8,8 +8,8 @@
     points = bench.op_throughput()                  # add / softmax / layernorm, for a roofline
 
 Every function warms up first, then takes timing samples: on a GPU a batch of calls between
-one pair of CUDA events (long enough that launch cost does not count, the L2 cache flushed
-before each batch when the working set fits in it), on the CPU one call per sample with
+CUDA events (long enough that launch cost does not count; when the working set fits in L2,
+the cache is flushed before every call and each call is timed alone), on the CPU one call per sample with
 ``time.perf_counter``. Results keep every sample (seconds) and report the
 median and the spread (min, max). Units: bytes, seconds, GB/s = 1e9 B/s, TFLOP/s =
 1e12 FLOP/s. The defaults are small on the CPU (each call well under 2 s on 2 cores) and
@@ -18,13 +18,15 @@ large enough on a GPU to approach its peak. Collective benchmarks live in
 """
 from __future__ import annotations
 
-import math
 import statistics
 import time
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import torch
+
+from labutils.cuda_timing import (DEFAULT_L2_BYTES, MAX_CALLS_PER_BATCH, MIN_BATCH_S,  # noqa: F401 (re-exported)
+                                 calls_per_batch, cuda_samples, l2_cache_bytes)
 
 #: Names accepted wherever a dtype is asked for (torch dtypes are accepted too).
 DTYPE_NAMES = {
@@ -90,8 +92,9 @@ def _check_counts(iters: int, warmup: int) -> None:
 class Timing:
     """Per-call times of one operation, in seconds (``samples_s`` in the order measured).
 
-    On a GPU each sample is one batch of ``calls_per_sample`` calls between one pair of CUDA
-    events, divided by the number of calls; on the CPU each sample is one call.
+    On a GPU each sample is ``calls_per_sample`` calls (one batch between a pair of CUDA
+    events, or cold calls each between its own), divided by the number of calls; on the CPU
+    each sample is one call.
     """
 
     samples_s: tuple[float, ...]
@@ -115,71 +118,24 @@ class Timing:
         return (self.max_s - self.min_s) / self.median_s if self.median_s > 0 else 0.0
 
 
-#: a timed batch lasts at least this long on a GPU: 200 x a kernel launch of about 5 us, so
-#: the launch cost and the event resolution (about 0.5 us) are below 1% of what is timed
-MIN_BATCH_S = 1e-3
-#: at most this many calls per batch (a very short op is still timed in reasonable time)
-MAX_CALLS_PER_BATCH = 1000
-#: L2 cache assumed when torch does not report it: 50 MB on an H100 SXM (NVIDIA H100 Tensor
-#: Core GPU datasheet / Hopper architecture whitepaper)
-DEFAULT_L2_BYTES = 50 * 2**20
-
-
-def calls_per_batch(one_call_s: float, min_batch_s: float = MIN_BATCH_S,
-                    max_calls: int = MAX_CALLS_PER_BATCH) -> int:
-    """Calls to time between one pair of CUDA events so the batch lasts at least ``min_batch_s``."""
-    if one_call_s <= 0:
-        return max_calls
-    return max(1, min(max_calls, math.ceil(min_batch_s / one_call_s)))
-
-
-def l2_cache_bytes(device: torch.device) -> int:
-    """The GPU's L2 cache in bytes (``L2_cache_size`` of its properties; 50 MiB if not reported)."""
-    size = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", None)
-    return int(size) if size else DEFAULT_L2_BYTES
-
-
-def _cuda_batches(fn, device: torch.device, iters: int, working_set_bytes: int | None) -> Timing:
-    """``iters`` batches of ``fn`` between CUDA event pairs; L2 flushed before each batch when the
-    working set fits in it (otherwise the batch would read from cache, not from memory)."""
-    with torch.cuda.device(device):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        torch.cuda.synchronize()
-        start.record()
-        fn()
-        end.record()
-        torch.cuda.synchronize()
-        batch = calls_per_batch(start.elapsed_time(end) / 1e3)
-        l2 = l2_cache_bytes(device)
-        flush = (torch.empty(2 * l2, dtype=torch.uint8, device=device)
-                 if working_set_bytes is not None and working_set_bytes <= l2 else None)
-        samples = []
-        for _ in range(iters):
-            if flush is not None:
-                flush.zero_()  # evicts the working set from L2 (outside the timed events)
-            start.record()
-            for _ in range(batch):
-                fn()
-            end.record()
-            torch.cuda.synchronize()
-            samples.append(start.elapsed_time(end) / 1e3 / batch)  # ms -> s, per call
-        return Timing(tuple(samples), batch)
-
-
 def time_iterations(fn: Callable[[], object], device: torch.device, iters: int, warmup: int,
-                    working_set_bytes: int | None = None) -> Timing:
+                    working_set_bytes: int | None = None, group=None) -> Timing:
     """Run ``fn`` ``warmup`` times, then take ``iters`` timing samples on ``device``.
 
-    On CUDA each sample is a batch of calls between one pair of CUDA events, long enough
-    (:func:`calls_per_batch`) that launch cost does not count, and the L2 cache is flushed
-    before each batch when ``working_set_bytes`` (bytes the op touches) would fit in it; on
-    the CPU each call is timed with ``time.perf_counter``.
+    On CUDA each sample is a batch of calls between CUDA events, long enough
+    (:func:`calls_per_batch`) that launch cost does not count; when ``working_set_bytes``
+    (bytes the op touches) would fit in L2, the cache is flushed before every call and each
+    call is timed alone. Inside a launched rank the calls per sample are the same on every
+    rank (``fn`` may hold collectives): agreed over ``group`` when given (every rank of
+    ``group`` must call this together), else one call per sample
+    (:mod:`labutils.cuda_timing`). On the CPU each call is timed with ``time.perf_counter``.
     """
     _check_counts(iters, warmup)
     for _ in range(warmup):
         fn()
     if device.type == "cuda":
-        return _cuda_batches(fn, device, iters, working_set_bytes)
+        samples, calls = cuda_samples(fn, device, iters, working_set_bytes, group)
+        return Timing(tuple(samples), calls)
     samples = []
     for _ in range(iters):
         t0 = time.perf_counter()

@@ -9,7 +9,8 @@ fails in ``torch.cuda.set_device``. :func:`cuda_health` checks, in order:
 2. the newest CUDA the driver supports (NVML ``nvmlSystemGetCudaDriverVersion``) has at
    least the major version torch was built with (``torch.version.cuda``); within one major
    version CUDA's minor-version compatibility lets an older driver run the wheel, so that
-   case is left to step 3;
+   case is left to step 3. A mismatch (or a CPU build on a node with a driver) is reported
+   with the pip command that installs the matching build (:mod:`labutils.cuda_build`);
 3. a throwaway Python process calls ``torch.cuda.init()`` and ``torch.cuda.device_count()``
    (CUDA is never initialised in the caller, so a notebook kernel can still fork ranks).
 
@@ -24,6 +25,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 
+from labutils.cuda_build import mismatch
 from labutils.nvml_devices import NoGpu, cuda_version_text, physical_gpus
 
 #: the code the throwaway process runs: it prints the CUDA device count, or fails with CUDA's error
@@ -41,10 +43,6 @@ class CudaHealth:
     device_count: int = 0
 
 
-def _version_tuple(text: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in text.split(".") if part.isdigit())
-
-
 def _torch_build() -> tuple[str | None, str | None]:
     """(torch's CUDA version, or None; a reason when torch cannot run NCCL)."""
     try:
@@ -59,19 +57,23 @@ def _torch_build() -> tuple[str | None, str | None]:
     return torch.version.cuda, None
 
 
-def _driver_reason(built: str) -> str | None:
-    """Why the driver cannot run a wheel built for CUDA ``built``; ``None`` when it may."""
+def driver_cuda() -> str | None:
+    """The newest CUDA the NVIDIA driver supports ("12.8", from NVML); None without a driver."""
     try:
         _, driver = physical_gpus()
+    except NoGpu:
+        return None
+    return cuda_version_text(driver)
+
+
+def _driver_reason(built: str | None) -> str | None:
+    """Why the driver cannot run a wheel built for CUDA ``built`` (None: a CPU build), with the
+    fix (:func:`labutils.cuda_build.mismatch`); ``None`` when it may."""
+    try:
+        physical_gpus()
     except NoGpu as exc:
         return str(exc)
-    supported = cuda_version_text(driver)
-    if supported is None:
-        return None  # NVML does not say: the probe process decides
-    if _version_tuple(supported)[:1] < _version_tuple(built)[:1]:
-        return (f"the NVIDIA driver supports CUDA {supported} but this torch was built for CUDA {built}: "
-                "update the driver or install a torch built for an older CUDA")
-    return None
+    return mismatch(built, driver_cuda())  # NVML not saying: the probe process decides
 
 
 def _probe_process() -> CudaHealth:
@@ -96,7 +98,7 @@ def _probe_process() -> CudaHealth:
 def _health_for(mask: str | None) -> CudaHealth:
     built, reason = _torch_build()
     if reason is not None:
-        return CudaHealth(False, reason)
+        return CudaHealth(False, (mismatch(None, driver_cuda()) if built is None else None) or reason)
     reason = _driver_reason(built)
     if reason is not None:
         return CudaHealth(False, reason)

@@ -15,7 +15,9 @@ from importlib import metadata
 
 from labutils import hardware
 from labutils.backend import choose_backend
+from labutils.cuda_build import mismatch
 from labutils.cuda_probe import cuda_health
+from labutils.gpu_exclusive import compute_modes
 from labutils.topology import format_cpu_list
 
 #: distributions whose versions the report lists ("not installed" when missing)
@@ -65,7 +67,9 @@ def environment() -> dict:
 
     Memory in bytes; each GPU carries its CUDA ordinal here ("cuda:0" or "not visible") and
     its MIG devices; the topology summary ends with the GPU rows ranks use;
-    ``cuda_probe`` says whether CUDA initialises (``None`` with no GPU visible); ``gpu_mask``
+    ``cuda_probe`` says whether CUDA initialises (``None`` with no GPU visible);
+    ``cuda_build_mismatch`` why torch's CUDA build cannot use this driver, with the fix (or
+    ``None``); ``compute_modes`` each GPU's NVML compute mode; ``gpu_mask``
     which GPUs this process was given (:func:`gpu_mask`);
     ``backend`` maps each world size (as a string) to the choice of ``backend="auto"`` and
     its reason.
@@ -88,6 +92,8 @@ def environment() -> dict:
         "topology": topology.summary(cuda_ordinals=_ordinals(gpus)).splitlines() if topology is not None else None,
         "topology_reason": topology_reason,
         "cuda_probe": _probe_dict(gpus.visible_gpus),
+        "cuda_build_mismatch": mismatch(torch_versions()["cuda"], gpus.cuda_driver_version),
+        "compute_modes": {f"GPU{index}": mode for index, mode in compute_modes().items()},
         "gpu_mask": gpu_mask(),
         "backend": {
             str(world_size): _backend_dict(world_size, gpus.visible_gpus) for world_size in WORLD_SIZES
@@ -196,6 +202,13 @@ def environment_text(env: dict | None = None) -> str:
     probe = env.get("cuda_probe")
     if probe is not None:
         lines.append(f"CUDA probe  {'works' if probe['usable'] else 'fails'}: {probe['reason']}")
+    if env.get("cuda_build_mismatch"):
+        lines.append(f"CUDA build  WRONG FOR THIS DRIVER: {env['cuda_build_mismatch']}")
+    exclusive = [gpu for gpu, mode in (env.get("compute_modes") or {}).items() if mode != "DEFAULT"]
+    if exclusive:
+        modes = env["compute_modes"]
+        lines.append(f"GPU mode    {', '.join(f'{gpu} {modes[gpu]}' for gpu in exclusive)}: one process per GPU, "
+                     "so a kernel that used a GPU blocks the rank given it (launch ranks before GPU work in the kernel)")
     topology = env["topology"] or [env["topology_reason"]]
     lines.extend(f"{'Topology' if i == 0 else '':<12}{line}" for i, line in enumerate(topology))
     lines.extend(

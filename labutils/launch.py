@@ -4,11 +4,14 @@
     import torch.distributed as dist
 
     def total():
-        t = torch.ones(1) * dist.get_rank()
+        t = torch.ones(1, device=labutils.rank.device()) * dist.get_rank()  # cuda:k under NCCL
         dist.all_reduce(t)
         return t
 
     labutils.launch(total, 4)      # -> [tensor([6.]), tensor([6.]), tensor([6.]), tensor([6.])]
+
+Under NCCL (``backend="auto"`` with a GPU per rank) collectives take only CUDA tensors:
+create them on ``labutils.rank.device()`` and the function runs on gloo and NCCL alike.
 
 Ranks are fresh processes forked from a template that already imported torch (or fresh
 interpreters where fork is unavailable), never forks of the notebook kernel.

@@ -3,9 +3,9 @@
     %load_ext labutils
 
     %%distributed -n 4
-    t = torch.ones(1) * rank          # rank, world_size, device, dist, torch are predefined
+    t = torch.ones(1, device=device) * rank   # rank, world_size, device, dist, torch are predefined
     dist.all_reduce(t)
-    print(t)                          # [rank k] tensor([6.])
+    print(t)                          # [rank k] tensor([6.]) (on cuda:k under NCCL)
 
 Each rank keeps its own namespace across cells, so later cells see ``t``. Output streams
 live, each line prefixed ``[rank k]``. Changing ``-n`` or ``--backend`` starts a new pool

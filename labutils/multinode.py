@@ -7,8 +7,9 @@ processes itself (one agent per node, c10d rendezvous)::
              --rdzv-endpoint HEAD_NODE:29400 --rdzv-id myjob \\
              -m labutils run mymodule:train --args '[10]' --output results.pt
 
-Each process initialises the default process group from torchrun's environment (NCCL
-when it has a GPU of its own and CUDA works, gloo otherwise; under NCCL bound to its GPU), calls ``train(10)``, and rank 0 saves the
+Each process initialises the default process group from torchrun's environment, with the
+backend rank 0 chose for the whole job (NCCL when each of its ranks has a GPU of its own and
+CUDA works, gloo otherwise; under NCCL bound to the process's GPU), calls ``train(10)``, and rank 0 saves the
 list of every rank's result (gathered with ``all_gather_object``, tensors on the CPU) to
 ``--output``.
 """
@@ -74,20 +75,45 @@ def _import_from_cwd_first(dotted: str):
     return importlib.import_module(dotted)
 
 
+#: the key (in the job's rendezvous store) under which rank 0 publishes the job's backend
+BACKEND_KEY = "labutils/job_backend"
+
+
+def job_backend(asked: str, store, rank: int, local_world: int) -> str:
+    """The backend of the whole job, decided once: rank 0 resolves ``asked`` ("auto" probes
+    CUDA on its node, up to :data:`labutils.cuda_probe.PROBE_TIMEOUT_S`) and publishes the
+    answer in the rendezvous ``store``; every other process waits for it there. No process
+    decides alone, so one slow probe cannot leave a job half gloo, half NCCL. A process that
+    cannot follow rank 0's NCCL (fewer GPUs on its node than its local ranks) fails at once
+    and says so, instead of hanging the rendezvous."""
+    from labutils.backend import choose_backend, visible_gpu_count
+
+    if rank == 0:
+        chosen = choose_backend(asked, local_world).backend
+        store.set(BACKEND_KEY, chosen)
+        return chosen
+    chosen = store.get(BACKEND_KEY).decode()
+    if chosen == "nccl" and visible_gpu_count() < local_world:
+        raise UsageError(f"rank 0 chose NCCL for this job, but this node shows {visible_gpu_count()} GPU(s) "
+                         f"for {local_world} local ranks: start as many processes per node as it has "
+                         "GPUs, or pass --backend gloo")
+    return chosen
+
+
 def init_from_environment(backend: str = "auto"):
     """Initialise the default process group from torchrun's variables; return the device.
 
-    ``backend="auto"`` asks :func:`labutils.backend.choose_backend` for this node's
-    ``LOCAL_WORLD_SIZE`` ranks (NCCL only when each has a GPU and CUDA works). Under NCCL
-    the rank's own GPU (``cuda:<LOCAL_RANK>``) becomes its current device and is passed to
-    ``init_process_group`` as ``device_id``, so NCCL binds it at once and every CUDA buffer
-    of this process (collectives' own included) lives there, not on cuda:0.
+    The backend is the job's (:func:`job_backend`: rank 0 decides for all, through the
+    rendezvous store; "auto" gives NCCL only when each of rank 0's ``LOCAL_WORLD_SIZE``
+    ranks has a GPU and CUDA works). Under NCCL the rank's own GPU (``cuda:<LOCAL_RANK>``)
+    becomes its current device and is passed to ``init_process_group`` as ``device_id``, so
+    NCCL binds it at once and every CUDA buffer of this process (collectives' own included)
+    lives there, not on cuda:0.
     """
     import torch
     import torch.distributed as dist
 
     from labutils import rank as rank_info
-    from labutils.backend import choose_backend
 
     missing = [v for v in _TORCHRUN_VARS if v not in os.environ]
     if missing:
@@ -95,7 +121,11 @@ def init_from_environment(backend: str = "auto"):
                          "use `torchrun ... -m labutils run module:function`")
     local_rank = int(os.environ["LOCAL_RANK"])
     local_world = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
-    backend = choose_backend(backend, local_world).backend
+    if dist.is_initialized():
+        backend = dist.get_backend()
+    else:
+        store, rank, world_size = next(dist.rendezvous("env://"))
+        backend = job_backend(backend, store, rank, local_world)
     if backend == "nccl":
         device = torch.device("cuda", local_rank)
         torch.cuda.set_device(device)
@@ -103,7 +133,7 @@ def init_from_environment(backend: str = "auto"):
     else:
         device, options = torch.device("cpu"), {}
     if not dist.is_initialized():
-        dist.init_process_group(backend, **options)
+        dist.init_process_group(backend, store=store, rank=rank, world_size=world_size, **options)
     rank_info.configure(device, backend)
     return device
 

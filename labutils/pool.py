@@ -14,7 +14,8 @@ What goes wrong on a rank comes back to the caller quickly and by name:
   in which collective and how to shorten the wait;
 - an interrupt (Ctrl-C, Kernel > Interrupt) kills every rank at once.
 
-After a failure that leaves ranks in an unknown state (or when a rank or the template
+After a failure that leaves ranks in an unknown state (under NCCL, any failure: a rank may
+have an unmatched collective still queued on its GPU; or when a rank or the template
 ended between calls, or the caller's ``sys.path`` changed) the pool kills them and starts
 fresh ranks on its next call, saying why in one line. Ranks
 print live; each line is prefixed ``[rank k]``. They see the caller's environment
@@ -43,6 +44,7 @@ from labutils._ranklinks import RankLink, RankLinks
 from labutils._render import describe_status
 from labutils._replies import StragglerNotice, collect, fail_dead, stop_on_interrupt
 from labutils.backend import choose_backend
+from labutils.gpu_exclusive import check_ranks_can_own
 from labutils.call_args import DEFAULT_TIMEOUT_S, pickle_call, validate_timeout, validate_world_size
 from labutils.messages import Done, ExecCell, Exit, Ready, RunCall, Started, StorePort
 
@@ -141,6 +143,8 @@ class Pool:
         if self.started:
             return
         __tracebackhide__ = True
+        if self.backend == "nccl":
+            check_ranks_can_own(self.world_size)  # an exclusive GPU this kernel holds: say so, start nothing
         links = self._links
         links.starter = _starters.get_starter()
         links.tmpdir = tempfile.mkdtemp(prefix="labutils-")
@@ -287,7 +291,7 @@ class Pool:
         except KeyboardInterrupt:
             stop_on_interrupt(self._links)  # some ranks have the request, others not: none may go on
         return collect(self._links, (Done,), deadline, "running", call_id=requests[0].call_id,
-                       notice=StragglerNotice(self._links, timeout_s))
+                       notice=StragglerNotice(self._links, timeout_s), retire_on_error=self.backend == "nccl")
 
     def _context_update(self) -> dict:
         """What changed in the caller since the last call: cwd, cell sources."""

@@ -1,11 +1,36 @@
 """Shared fixtures: every test that starts ranks must leave no process behind; the chapters'
-QUICK run, executed once for every test that reads it (the chapters' tests, the website)."""
+QUICK run, executed once for every test that reads it (the chapters' tests, the website).
+
+Every launch checks NCCL's rules (``LABUTILS_STRICT_COLLECTIVES=1``, see labutils.strict),
+and a run that does not select GPU tests (``-m "gpu or multigpu"``, as ``make gpu-check``
+does) sees no GPU at all (``CUDA_VISIBLE_DEVICES=""``, set before torch initialises CUDA), so
+``make test`` runs the same way on a GPU node as on a laptop.
+"""
 from __future__ import annotations
 
 import io
+import os
+import sys
 from pathlib import Path
 
 import pytest
+from gpu_selection import selects_gpu_tests
+
+
+def pytest_configure(config):
+    os.environ.setdefault("LABUTILS_STRICT_COLLECTIVES", "1")
+    if selects_gpu_tests(config.getoption("markexpr") or ""):
+        return
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        raise pytest.UsageError("CUDA was initialised before the tests could hide the GPUs")
+    os.environ["CUDA_VISIBLE_DEVICES"] = ""
+
+
+@pytest.fixture
+def lenient_collectives(monkeypatch):
+    """This test is about what happens without the strict checks (gloo's own behaviour)."""
+    monkeypatch.delenv("LABUTILS_STRICT_COLLECTIVES", raising=False)
 
 from proctree import describe, descendants, wait_until_gone
 
@@ -53,6 +78,6 @@ def quick_chapter_run(tmp_path_factory):
     chapters = sorted((root / "notebooks").glob("[0-9][0-9]_*.ipynb"))
     return run_nightly(
         [p.stem for p in chapters], root=root, out_dir=tmp_path_factory.mktemp("nightly"), quick=True,
-        world_size=2, backend="auto", jobs=2, timeout_s=600, cell_timeout_s=300, grading=False,
+        world_size=2, backend="gloo", jobs=2, timeout_s=600, cell_timeout_s=300, grading=False,
         progress_stream=io.StringIO(),
     )

@@ -38,6 +38,7 @@ def test_doctor_json_is_the_environment_dict():
     env = json.loads(done.stdout)
     assert set(env) == {
         "python", "platform", "torch", "gpus", "topology", "topology_reason", "cuda_probe", "gpu_mask", "backend", "cpu",
+        "cuda_build_mismatch", "compute_modes",
         "packages",
     }
     assert env["python"]["version"] == ".".join(map(str, sys.version_info[:3]))

@@ -90,8 +90,9 @@ def test_driver_too_old_for_the_wheel(monkeypatch):
     node = FakeGpuNode(monkeypatch, h100s(8), driver_cuda=11080, torch_cuda="12.8")
     choice = choose_backend("auto", 8)
     assert choice.backend == "gloo"
-    assert "the NVIDIA driver supports CUDA 11.8 but this torch was built for CUDA 12.8" in choice.reason
-    with pytest.raises(BackendUnavailableError, match="supports CUDA 11.8"):
+    assert "built for CUDA 12.8 but the NVIDIA driver supports only CUDA 11.8" in choice.reason
+    assert "--index-url https://download.pytorch.org/whl/cu118" in choice.reason  # the fix
+    with pytest.raises(BackendUnavailableError, match="supports only CUDA 11.8"):
         choose_backend("nccl", 8)
     assert node.probe_runs == 0  # NVML's answer was enough
 

@@ -67,7 +67,7 @@ def _faked_figures(gpu_checks):
         },
         "all_reduce": {"command": "labutils bench all_reduce --world-size 4 -b 8 -e 1G -f 2 --backend nccl",
                        "returncode": 0, "table": "# (the nccl-tests table)", "largest_size": 2**30,
-                       "largest_busbw": 361.5},
+                       "largest_bw": 361.5, "bw_kind": "busbw"},
         "state_lines": {"before": [state_text(s) for s in env["state"]], "after": [state_text(s) for s in env["state"]]},
     }
 
@@ -101,24 +101,60 @@ def test_appending_replaces_the_nothing_yet_line(monkeypatch, tmp_path, gpu_chec
     assert results.read_text().index("2026-11-24") < results.read_text().index("2026-11-25")
 
 
-def test_multinode_binds_nccl_to_the_local_gpu(monkeypatch):
-    """Under torchrun on a faked 8-GPU node, rank 3 initialises NCCL with device_id cuda:3."""
-    import torch
-    import torch.distributed as dist
+def test_one_gpu_all_reduce_reports_algbw_not_a_busbw_of_zero(monkeypatch, gpu_checks):
+    FakeGpuNode(monkeypatch, h100s(1))
+    figures = _faked_figures(gpu_checks)
+    figures["environment"]["gpus"] = 1
+    figures["all_reduce"].update(largest_bw=640.0, bw_kind="algbw")
+    entry = gpu_checks.format_entry(figures, datetime.date(2026, 11, 24))
+    assert "- all_reduce on 1 GPU, 1,073,741,824 B: algbw 640.0 GB/s (busbw is 0 with one rank" in entry
+    assert "busbw 0.0" not in entry
 
-    from labutils import multinode
 
-    FakeGpuNode(monkeypatch, h100s(8))
-    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    for name, value in {"RANK": "3", "WORLD_SIZE": "8", "LOCAL_RANK": "3", "LOCAL_WORLD_SIZE": "8",
-                        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}.items():
-        monkeypatch.setenv(name, value)
-    calls = {}
-    monkeypatch.setattr(torch.cuda, "set_device", lambda device: calls.setdefault("set_device", device))
-    monkeypatch.setattr(dist, "is_initialized", lambda: False)
-    monkeypatch.setattr(dist, "init_process_group", lambda backend, **options: calls.update(init=(backend, options)))
-    monkeypatch.setattr("labutils.rank.configure", lambda device, backend: calls.update(configure=(device, backend)))
-    device = multinode.init_from_environment("auto")
-    assert device == torch.device("cuda", 3) and calls["set_device"] == torch.device("cuda", 3)
-    assert calls["init"] == ("nccl", {"device_id": torch.device("cuda", 3)})
-    assert calls["configure"] == (torch.device("cuda", 3), "nccl")
+def test_single_gpu_benchmarks_run_in_their_own_process_so_nccl_finds_cuda0_empty(monkeypatch, gpu_checks):
+    seen = []
+    monkeypatch.setattr(gpu_checks, "run_step", lambda command, timeout_s, env=None: seen.append(command) or {
+        "returncode": 0, "stdout": '{"memcpy": {}, "matmul": []}\n', "last_line": ""})
+    assert gpu_checks.single_gpu_in_subprocess("NVIDIA H100 80GB HBM3", 60) == {"memcpy": {}, "matmul": []}
+    assert seen[0][1].endswith("gpu_checks.py") and "--single-gpu-json" in seen[0]
+
+
+def test_what_could_not_run_is_said_in_the_entry_and_on_the_terminal(monkeypatch, gpu_checks):
+    FakeGpuNode(monkeypatch, h100s(1))
+    figures = _faked_figures(gpu_checks)
+    figures["chapters"] = {1: {"command": "course nightly ...", "returncode": None, "summary": "stopped after 200 s (budget)"}}
+    figures["not_run"] = ["an N-rank NCCL launch of the timed chapters (one GPU here)"]
+    figures["lab2_judge"] = {"skipped": "lab 2's judge on NCCL needs 4 GPUs (1 visible)"}
+    entry = gpu_checks.format_entry(figures, datetime.date(2026, 11, 24))
+    assert "- timed chapters on NCCL, 1 rank(s) (`course nightly ...`): NOT FINISHED: stopped after 200 s" in entry
+    assert "- lab 2's judge on NCCL: NOT RUN (lab 2's judge on NCCL needs 4 GPUs (1 visible))" in entry
+    assert "- NOT RUN: an N-rank NCCL launch of the timed chapters (one GPU here)" in entry
+    lines = gpu_checks.not_run_lines(figures)
+    assert len(lines) == 3 and any("budget" in line for line in lines)
+
+
+def test_lab2_judge_step_says_so_when_course_grade_has_no_backend_option(monkeypatch, gpu_checks):
+    monkeypatch.setattr(gpu_checks, "run_step", lambda command, timeout_s, env=None: {
+        "returncode": 0, "stdout": "usage: course grade lab submissions [--workers N]", "last_line": ""})
+    assert gpu_checks.run_lab2_judge(8, 100) == {"skipped": "`course grade` has no --backend option here"}
+
+
+def test_lab2_judge_on_nccl_needs_four_gpus_and_says_so(monkeypatch, gpu_checks):
+    monkeypatch.setattr(gpu_checks, "run_step", lambda command, timeout_s, env=None: {
+        "returncode": 0, "stdout": "  --backend {auto,gloo,nccl}", "last_line": ""})
+    assert "needs 4 GPUs (2 visible)" in gpu_checks.run_lab2_judge(2, 100)["skipped"]
+
+
+def test_a_step_past_the_eight_minute_budget_is_not_started(gpu_checks):
+    assert gpu_checks.run_step([sys.executable, "-c", "print(1)"], 3)["last_line"].startswith("not run")
+    assert gpu_checks.run_step([sys.executable, "-c", "print(1)"], 30)["returncode"] == 0
+
+
+def test_the_timed_chapters_run_on_nccl_with_the_ranks_asked(monkeypatch, gpu_checks):
+    seen = []
+    monkeypatch.setattr(gpu_checks, "run_step", lambda command, timeout_s, env=None: seen.append(command) or {
+        "returncode": 0, "stdout": "", "last_line": "3 passed"})
+    step = gpu_checks.run_timed_chapters(4, 200)
+    assert step["returncode"] == 0 and "--world-size 4 --backend nccl" in step["command"]
+    assert all(chapter in seen[0] for chapter in gpu_checks.TIMED_CHAPTERS)
+

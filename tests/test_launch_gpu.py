@@ -76,3 +76,67 @@ def test_explicit_nccl_with_too_few_gpus_says_what_to_do():
         choose_backend("nccl", 4, gpu_count=2)
     with pytest.raises(BackendUnavailableError, match="no CUDA GPU is visible here .* backend='gloo'"):
         choose_backend("nccl", 1, gpu_count=0)
+
+
+def _cpu_tensor_reduce():
+    dist.all_reduce(torch.ones(1))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(GPUS < 1, reason="needs a CUDA GPU (none visible)")
+def test_a_cpu_tensor_on_nccl_says_to_use_the_rank_device(monkeypatch):
+    monkeypatch.delenv("LABUTILS_STRICT_COLLECTIVES", raising=False)  # NCCL's own error, not the strict check's
+    with pytest.raises(Exception) as info:
+        labutils.launch(_cpu_tensor_reduce, 1, backend="nccl")
+    assert any("labutils.rank.device()" in note for note in getattr(info.value, "__notes__", []))
+
+
+def _fails():
+    raise ValueError("on purpose")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(GPUS < 1, reason="needs a CUDA GPU (none visible)")
+def test_a_failed_nccl_call_retires_the_ranks():
+    with labutils.Pool(1, backend="nccl") as pool:
+        pool.run(dist.get_rank)
+        first = pool.pids()
+        with pytest.raises(ValueError):
+            pool.run(_fails)
+        pool.run(dist.get_rank)
+        assert pool.pids() != first
+
+
+def _timed_step_of_uneven_ranks():
+    from labutils import bench
+
+    device = labutils.rank.device()
+    size = 256 if dist.get_rank() == 0 else 4096          # rank 1's step is much slower than rank 0's
+    a, grads = torch.randn(size, size, device=device), torch.ones(2**20, device=device)
+
+    def step():
+        a @ a
+        dist.all_reduce(grads)
+
+    return bench.time_iterations(step, device, iters=5, warmup=1, group=dist.group.WORLD).calls_per_sample
+
+
+@pytest.mark.multigpu
+@pytest.mark.skipif(GPUS < 2, reason=f"needs at least 2 CUDA GPUs ({GPUS} visible)")
+def test_a_timed_step_with_collectives_agrees_on_its_batch_across_nccl_ranks():
+    calls = labutils.launch(_timed_step_of_uneven_ranks, 2, backend="nccl", timeout=120)
+    assert calls[0] == calls[1]
+
+
+def _tensor_on_cuda0():
+    dist.all_reduce(torch.ones(1, device="cuda:0"))
+
+
+@pytest.mark.multigpu
+@pytest.mark.skipif(GPUS < 2, reason=f"needs at least 2 CUDA GPUs ({GPUS} visible)")
+def test_strict_mode_names_a_tensor_on_another_ranks_gpu(monkeypatch):
+    from labutils.strict import CollectiveDeviceError
+
+    monkeypatch.setenv("LABUTILS_STRICT_COLLECTIVES", "1")
+    with pytest.raises(CollectiveDeviceError, match="cuda:0, but this rank's device is cuda:1"):
+        labutils.launch(_tensor_on_cuda0, 2, backend="nccl", timeout=60)

@@ -37,6 +37,7 @@ class _TimedStream:
         return next(((t, text) for t, text in self.writes if needle in text), None)
 
 
+@pytest.mark.usefixtures("lenient_collectives")
 def test_ranks_left_in_a_collective_are_named_long_before_the_timeout(monkeypatch):
     def only_rank_0_reduces():
         if dist.get_rank() == 0:
@@ -69,6 +70,7 @@ def test_no_notice_when_ranks_merely_finish_at_different_times(capsys):
     assert "still in" not in capsys.readouterr().out
 
 
+@pytest.mark.usefixtures("lenient_collectives")
 def test_a_size_mismatch_shows_gloos_own_explanation_in_whole_words():
     def mismatch():
         t = torch.ones(4 if dist.get_rank() == 0 else 8)

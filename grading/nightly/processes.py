@@ -78,8 +78,10 @@ def subprocess_env(kernel: KernelChoice) -> dict:
     """This environment, with this interpreter's bin folder first on PATH (nbgrader runs ``alembic``),
     this package's course root first on PYTHONPATH (``python -m grading.nightly.execute`` finds it
     where the course is not pip-installed) and the temporary kernelspec folder first on
-    JUPYTER_PATH when there is one."""
+    JUPYTER_PATH when there is one. Launches check NCCL's rules (``LABUTILS_STRICT_COLLECTIVES=1``,
+    unless set otherwise)."""
     env = with_course_on_pythonpath(dict(os.environ), COURSE_ROOT)
+    env.setdefault("LABUTILS_STRICT_COLLECTIVES", "1")
     env["PATH"] = os.pathsep.join(filter(None, [str(Path(sys.executable).parent), env.get("PATH")]))
     if kernel.jupyter_path:
         env["JUPYTER_PATH"] = os.pathsep.join(filter(None, [kernel.jupyter_path, env.get("JUPYTER_PATH")]))

@@ -10,12 +10,14 @@ topo -m`` and the CUDA probe's throwaway Python). The course's own logic runs un
     node = FakeGpuNode(monkeypatch, h100s(8), cuda_init_error=FABRIC_MANAGER_DOWN)
     node = FakeGpuNode(monkeypatch, [h100(0, mig=[mig_1g(0, 0), mig_1g(0, 1)])])  # MIG on
     node = FakeGpuNode(monkeypatch, [], nvml="missing")                   # no driver
+    node = FakeGpuNode(monkeypatch, [h100(0, compute_mode=3, processes=[os.getpid()])])  # exclusive, held
 
 The figures are those of NVIDIA's H100 SXM (80 GiB HBM3, compute capability 9.0, PCIe Gen5
 x16, 18 NVLinks; NVIDIA H100 Tensor Core GPU datasheet); UUIDs are made up.
 """
 from __future__ import annotations
 
+import os
 import subprocess
 import types
 from dataclasses import dataclass, field
@@ -51,6 +53,8 @@ class FakeGpu:
     bus: str = "00000000:18:00.0"
     nvlinks: int = 18
     mig: list[FakeMig] | None = None
+    compute_mode: int = 0  # NVML: 0 DEFAULT, 2 PROHIBITED, 3 EXCLUSIVE_PROCESS
+    processes: list[int] = field(default_factory=list)  # pids holding a CUDA context on it
     clocks: dict = field(default_factory=lambda: {"sm": 1980, "sm_max": 1980, "mem": 2619, "power_mw": 312_000,
                                                   "limit_mw": 700_000, "temp": 41, "throttle": 0})
 
@@ -86,6 +90,8 @@ class FakeGpuNode:
 
     def __init__(self, monkeypatch, gpus, driver_cuda=12080, torch_cuda="12.8", nvml="ok",
                  cuda_init_error=None, topo=None, nccl=True):
+        if os.environ.get("CUDA_VISIBLE_DEVICES") == "":  # the suite hides real GPUs; a faked node has no mask
+            monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
         self.gpus, self.driver_cuda, self.nvml = list(gpus), driver_cuda, nvml
         self.cuda_init_error, self.topo = cuda_init_error, topo
         self.probe_runs = 0
@@ -178,6 +184,9 @@ class FakeGpuNode:
             "nvmlDeviceGetEnforcedPowerLimit": clock_field("limit_mw"),
             "nvmlDeviceGetTemperature": clock_field("temp"),
             "nvmlDeviceGetCurrentClocksEventReasons": clock_field("throttle"),
+            "nvmlDeviceGetComputeMode": gpu_field("compute_mode"),
+            "nvmlDeviceGetComputeRunningProcesses": lambda handle: [
+                types.SimpleNamespace(pid=pid, usedGpuMemory=2**30) for pid in self._handle(handle).processes],
             "nvmlDeviceGetCurrentClocksThrottleReasons": clock_field("throttle"),
         }
         for name, function in functions.items():
