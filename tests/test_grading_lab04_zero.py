@@ -22,7 +22,7 @@ import torch
 from graded_lab import GradedLab
 from grading.autograder.fixtures import apply_fixture, student_solution
 
-LAB = GradedLab("lab04_zero", rank_timeout_s=30.0, given_cells=("setup", "check_helpers", "given_slots"))
+LAB = GradedLab("lab04_zero", rank_timeout_s=60.0, given_cells=("setup", "check_helpers", "given_slots"))
 #: The fixtures graded through nbgrader; the others go through the judge only.
 NBGRADER_FIXTURES = ("stale_ranks_without_all_gather", "adamw_in_textbook_order", "uneven_shards_rounded_up")
 pytestmark = pytest.mark.usefixtures("no_leftover_processes")
