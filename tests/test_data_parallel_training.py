@@ -141,3 +141,44 @@ def _second_backward_without_finish():
 def test_the_reference_wrapper_refuses_a_second_backward_before_finish():
     (message,) = labutils.launch(_second_backward_without_finish, 1, backend="gloo")
     assert message is not None and "a second backward before finish_gradient_synchronization()" in message
+
+
+@pytest.mark.parametrize("caps", [(128, None), (128, 40), (1, None), (10_000, None), (200, 1)])
+def test_buckets_are_the_ones_torch_computes_for_ddp(caps):
+    """``make_buckets`` (the reference's and the solution's) against torch's own bucketing,
+    ``torch.distributed._compute_bucket_assignment_by_size``, on the parameters in backward's order."""
+    from grading.reference.data_parallel import make_buckets
+
+    cap, first = caps
+    namespace = GradedLab("lab03_data_parallel", rank_timeout_s=30.0).solution_namespace()
+    params = [p for p in FrozenStemNet().parameters() if p.requires_grad]
+    backward_order = list(reversed(params))
+    limits = [cap] if first is None else [first, cap]
+    torch_buckets, _ = dist._compute_bucket_assignment_by_size(backward_order, limits)
+    want = [[id(backward_order[i]) for i in bucket] for bucket in torch_buckets]
+    for make in (make_buckets, namespace["make_buckets"]):
+        got = make(params, cap) if first is None else make(params, cap, first)
+        assert [[id(p) for p in bucket] for bucket in got] == want, (caps, make)
+
+
+def _ddp_buckets(cap_mb) -> tuple:
+    """DDP's buckets after its first steps (rebuilt in backward's order), as parameter indices, and
+    the reference DataParallel's, on a model of three 0.5 MiB layers and a small last one."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(362, 362), nn.Linear(362, 362), nn.Linear(362, 362), nn.Linear(362, 4))
+    ddp = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=cap_mb)
+    for _ in range(3):  # buckets are rebuilt in the second step, logged in the third
+        ddp(torch.randn(2, 362)).sum().backward()
+    rebuilt = ddp._get_ddp_logging_data()["rebuilt_per_bucket_param_indices"]
+    index = {id(p): i for i, p in enumerate(model.parameters())}
+    ours = ReferenceDataParallel(model, dist.group.WORLD, None if cap_mb is None else int(cap_mb * 2**20))
+    return ([[int(i) for i in bucket.split()] for bucket in rebuilt.split(",")],
+            [[index[id(p)] for p in bucket] for bucket in ours.buckets])
+
+
+@pytest.mark.parametrize("cap_mb", [None, 1, 0.5])
+def test_data_parallel_buckets_like_ddp_with_its_small_first_bucket(cap_mb):
+    """Without a cap, DDP's first bucket is 1 MiB and reaches it at the third layer's weight (1 057 056
+    bytes): a bucket closes once it reaches its cap, so it may pass it, as the reference's does."""
+    torch_buckets, ours = labutils.launch(_ddp_buckets, 2, cap_mb, backend="gloo")[0]
+    assert ours == torch_buckets, cap_mb

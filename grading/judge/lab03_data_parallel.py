@@ -142,35 +142,42 @@ def _average_run(objects, case, run):
 
 # ----- Part 2: buckets ---------------------------------------------------------------------------
 
-_CAPS = (1, 120, 1000)  # bytes: one bucket per parameter, two buckets, one bucket never full
+#: (bucket_cap_bytes, first_bucket_cap_bytes): one bucket per parameter, two buckets, one bucket
+#: never full, and a first bucket with a cap of its own (DDP's default 1 MiB first bucket, scaled down).
+_CAPS = ((1, None), (120, None), (1000, None), (120, 40))
 
 
-def _dense_bucket_index(unused_head: bool, cap: int) -> torch.Tensor:
-    """Bucket of each parameter (in parameters() order) by the rule: reverse order, close at >= cap bytes."""
+def _dense_bucket_index(unused_head: bool, cap: int, first: int | None = None) -> torch.Tensor:
+    """Bucket of each parameter (in parameters() order) by DDP's rule: reverse order, a bucket closes
+    once it holds >= its cap in bytes, the first bucket's cap ``first`` (default ``cap``)."""
     sizes = [4 * torch.Size(shape).numel() for shape in _shapes(unused_head).values()]
-    index, bucket, filled = [0] * len(sizes), 0, 0
+    index, bucket, filled, limit = [0] * len(sizes), 0, 0, cap if first is None else first
     for position in reversed(range(len(sizes))):
         index[position] = bucket
         filled += sizes[position]
-        if filled >= cap:
-            bucket, filled = bucket + 1, 0
+        if filled >= limit:
+            bucket, filled, limit = bucket + 1, 0, cap
     return torch.tensor(index, dtype=torch.float64)
 
 
-def _dense_buckets(params: list, cap: int) -> list:
+def _dense_buckets(params: list, cap: int, first: int | None = None) -> list:
     """The parameters grouped as ``_dense_bucket_index`` says (the judge's own rule, not the reference's)."""
-    index = _dense_bucket_index(False, cap).long().tolist()
+    index = _dense_bucket_index(False, cap, first).long().tolist()
     return [[p for p, b in zip(params, index) if b == bucket] for bucket in range(max(index) + 1)]
 
 
+def _caps_text(cap: int, first: int | None) -> str:
+    return f"bucket_cap_bytes={cap}" + ("" if first is None else f", first_bucket_cap_bytes={first}")
+
+
 def _bucket_cases(generator):
-    return [Case(f"make_buckets(bucket_cap_bytes={cap}) and all_reduce_bucket, TinyMLP, {_layout(size)}", size,
-                 {"cap": cap}, [_batch(generator, False) for _ in range(WORLD_SIZE // size)])
-            for size in DP_SIZES for cap in _CAPS]
+    return [Case(f"make_buckets({_caps_text(cap, first)}) and all_reduce_bucket, TinyMLP, {_layout(size)}", size,
+                 {"cap": cap, "first": first}, [_batch(generator, False) for _ in range(WORLD_SIZE // size)])
+            for size in DP_SIZES for cap, first in _CAPS]
 
 
 def _bucket_expected(case, data):
-    out = _dense_bucket_index(False, case.params["cap"])
+    out = _dense_bucket_index(False, case.params["cap"], case.params["first"])
     return [dict(expected, out=out) for expected in _grads_expected(case, data)]
 
 
@@ -188,10 +195,11 @@ def _bucket_index(buckets, params) -> torch.Tensor:
 def _bucket_run(objects, case, run):
     model = _model(run, False)
     params = list(model.parameters())
-    assignment = _bucket_index(objects["make_buckets"](params, case.params["cap"]), params)
+    caps = (case.params["cap"],) if case.params["first"] is None else (case.params["cap"], case.params["first"])
+    assignment = _bucket_index(objects["make_buckets"](params, *caps), params)
     _local_backward(model, run)
     with run.phase("sync"):
-        for bucket in _dense_buckets(params, case.params["cap"]):
+        for bucket in _dense_buckets(params, *caps):
             objects["all_reduce_bucket"](bucket, run.group)
     return run.result(assignment, None)
 

@@ -11,6 +11,8 @@ Three ways to send it, each faster than the last:
 
     per parameter       one all-reduce per tensor: many small messages, each paying the latency alpha
     in buckets          flatten about bucket_cap_bytes of gradients into one buffer per all-reduce
+                        (DDP's rule: a bucket closes once it reaches its cap; by default the first
+                        bucket, the last layers' gradients, is 1 MiB and the others 25 MiB)
     overlapped          a hook per trainable parameter counts the gradients as backward produces
                         them; a bucket's all-reduce starts (async) as soon as it and every bucket
                         before it are complete, while backward computes the earlier layers' gradients
@@ -46,16 +48,24 @@ def average_gradients(params, group) -> None:
         param.grad = grad / world_size
 
 
-def make_buckets(params, bucket_cap_bytes: int) -> list:
-    """Parameters in reverse order, cut into buckets: a bucket closes once it holds at least
-    ``bucket_cap_bytes`` bytes (so a parameter larger than the cap gets a bucket of its own)."""
+#: DDP's defaults (``torch.nn.parallel.DistributedDataParallel`` without ``bucket_cap_mb``): a first
+#: bucket of 1 MiB (``torch.distributed._DEFAULT_FIRST_BUCKET_BYTES``), then 25 MiB buckets.
+DEFAULT_FIRST_BUCKET_BYTES, DEFAULT_BUCKET_CAP_BYTES = 2**20, 25 * 2**20
+
+
+def make_buckets(params, bucket_cap_bytes: int, first_bucket_cap_bytes: int | None = None) -> list:
+    """Parameters in reverse order, cut into buckets as DDP cuts them (torch's
+    ``_compute_bucket_assignment_by_size``): a bucket closes once it holds at least its cap in bytes
+    (so a parameter larger than the cap gets a bucket of its own); the first bucket's cap is
+    ``first_bucket_cap_bytes`` (default: ``bucket_cap_bytes``, as DDP with an explicit ``bucket_cap_mb``)."""
     buckets, current, current_bytes = [], [], 0
+    cap = bucket_cap_bytes if first_bucket_cap_bytes is None else first_bucket_cap_bytes
     for param in reversed(list(params)):
         current.append(param)
         current_bytes += param.numel() * param.element_size()
-        if current_bytes >= bucket_cap_bytes:
+        if current_bytes >= cap:
             buckets.append(current)
-            current, current_bytes = [], 0
+            current, current_bytes, cap = [], 0, bucket_cap_bytes
     if current:
         buckets.append(current)
     return buckets
@@ -75,10 +85,11 @@ def unflatten_into_gradients(flat: torch.Tensor, bucket: list) -> None:
 
 
 def all_reduce_bucket(bucket: list, group) -> None:
-    """Average one bucket's gradients with a single all-reduce of their flat concatenation."""
-    flat = flatten_gradients(bucket)
+    """Average one bucket's gradients with a single all-reduce of their flat concatenation (each
+    rank's scaled by 1/d first, then summed: DDP's order)."""
+    flat = flatten_gradients(bucket).mul_(1 / dist.get_world_size(group))
     dist.all_reduce(flat, op=dist.ReduceOp.SUM, group=group)
-    unflatten_into_gradients(flat / dist.get_world_size(group), bucket)
+    unflatten_into_gradients(flat, bucket)
 
 
 def broadcast_parameters_and_buffers(module: nn.Module, group) -> None:
@@ -93,6 +104,7 @@ class DataParallel(nn.Module):
     """``module`` replicated over ``group``: gradients averaged in buckets overlapped with backward.
 
         model = DataParallel(module, group, bucket_cap_bytes)   # broadcast from group rank 0, hooks
+                                                                # (None: DDP's 1 MiB first bucket, then 25 MiB)
         loss_fn(model(x_local), y_local).backward()             # full buckets start their all-reduce
         model.finish_gradient_synchronization()                 # flush, wait, write the averaged .grad
         optimizer.step()
@@ -109,12 +121,15 @@ class DataParallel(nn.Module):
     before ``finish_gradient_synchronization()`` raises: its gradients could be lost.
     """
 
-    def __init__(self, module: nn.Module, group, bucket_cap_bytes: int = 25 * 2**20):
+    def __init__(self, module: nn.Module, group, bucket_cap_bytes: int | None = None):
         super().__init__()
         self.module, self.group = module, group
         broadcast_parameters_and_buffers(module, group)
         trainable = [param for param in module.parameters() if param.requires_grad]
-        self.buckets = make_buckets(trainable, bucket_cap_bytes)
+        if bucket_cap_bytes is None:  # DDP's defaults: a small first bucket, to start sooner
+            self.buckets = make_buckets(trainable, DEFAULT_BUCKET_CAP_BYTES, DEFAULT_FIRST_BUCKET_BYTES)
+        else:
+            self.buckets = make_buckets(trainable, bucket_cap_bytes)
         self._bucket_of = {id(param): index for index, bucket in enumerate(self.buckets) for param in bucket}
         self._sync_gradients = True
         self._reset()
@@ -154,7 +169,8 @@ class DataParallel(nn.Module):
         bucket = self.buckets[index]
         used = torch.tensor([param.grad is not None for param in bucket], dtype=bucket[0].dtype,
                             device=bucket[0].device)
-        flat = torch.cat([flatten_gradients(bucket), used])
+        # each rank's gradient scaled by 1/d, then summed: DDP's order (exact in float32 when d is a power of 2)
+        flat = torch.cat([flatten_gradients(bucket).mul_(1 / dist.get_world_size(self.group)), used])
         work = dist.all_reduce(flat, op=dist.ReduceOp.SUM, group=self.group, async_op=True)
         self._in_flight.append((index, work, flat))
         self._next_bucket = index + 1
@@ -166,11 +182,10 @@ class DataParallel(nn.Module):
             return
         while self._next_bucket < len(self.buckets):
             self._start(self._next_bucket)
-        world_size = dist.get_world_size(self.group)
         for index, work, flat in self._in_flight:
             work.wait()
             bucket = self.buckets[index]
-            unflatten_into_gradients(flat[:-len(bucket)] / world_size, bucket)
+            unflatten_into_gradients(flat[:-len(bucket)], bucket)
             for param, users in zip(bucket, flat[-len(bucket):].tolist()):
                 if users == 0:
                     param.grad = None

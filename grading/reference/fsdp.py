@@ -23,7 +23,7 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
-from grading.reference.zero import flat_shard_range, shard_slots, unslot
+from grading.reference.zero import all_gather_shards, flat_shard_range, reduce_scatter_mean
 
 
 class GatherForLayer(torch.autograd.Function):
@@ -75,19 +75,11 @@ class ShardedLayer(nn.Module):
 
     def gather_parameters(self, shard: torch.Tensor) -> torch.Tensor:
         """The full flat parameters, all-gathered from every rank's shard (in slots)."""
-        slot = math.ceil(self.numel / self.world_size)
-        mine = shard.detach().new_zeros(slot)
-        mine[:shard.numel()] = shard.detach()
-        gathered = mine.new_empty(slot * self.world_size)
-        dist.all_gather_into_tensor(gathered, mine, group=self.group)
-        return unslot(gathered.view(self.world_size, slot), self.numel)
+        return all_gather_shards(shard.detach(), self.numel, self.group)
 
     def reduce_scatter_mean(self, grad_full: torch.Tensor) -> torch.Tensor:
         """This rank's shard of ``grad_full`` averaged over the group."""
-        slots = shard_slots(grad_full, self.world_size)
-        mine = slots.new_empty(slots.shape[1])
-        dist.reduce_scatter_tensor(mine, slots.reshape(-1), op=dist.ReduceOp.SUM, group=self.group)
-        return mine[:self.shard.numel()] / self.world_size
+        return reduce_scatter_mean(grad_full, self.group)[0]
 
     def run_layer(self, full: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         """The layer's forward with its parameters set to views of ``full``, removed after."""
