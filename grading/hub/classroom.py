@@ -8,12 +8,14 @@
 The exchange, the course id and the class folder ``CLASS`` come from the hub's settings
 (``--config``, else ``$COURSE_HUB_CONFIG``, else grading/hub/course_hub.toml: ``exchange``,
 ``course_id``, ``class_dir``). ``CLASS`` is created closed to other users; after grading, every
-file in it (``gradebook.db``, ``grades.csv``, the feedback) is closed too. ``feedback`` refuses,
-with the reason, when the lab has no graded feedback to release.
+file in it (``gradebook.db``, ``grades.csv``, the feedback) is closed too; the copies ``feedback``
+releases to the exchange are made readable. ``feedback`` refuses, with the reason, when the lab
+has no graded feedback to release.
 """
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -52,6 +54,18 @@ def _nbgrader(step: str, lab: str, settings: dict, root: Path, *extra: str) -> N
         raise UsageError(f"nbgrader {step} {lab} failed (exit status {result.returncode}; its output is above)")
 
 
+def install_mathjax() -> None:
+    """MathJax 3 for the feedback pages (``feedback.MATHJAX_BUNDLE``), installed from npm as
+    ``make site`` does when it is missing and npm is there; else the pages say how to get it."""
+    from grading.autograder.feedback import MATHJAX_BUNDLE
+
+    npm = shutil.which("npm")
+    if os.path.exists(MATHJAX_BUNDLE) or npm is None:
+        return
+    prefix = Path(MATHJAX_BUNDLE).parents[3]
+    subprocess.run([npm, "install", "--prefix", str(prefix), "--no-audit", "--no-fund", "mathjax@3"], check=False)
+
+
 def released_feedback(graded: Path, lab: str) -> list[Path]:
     """The feedback pages of ``lab`` under ``graded/feedback/STUDENT/LAB/``."""
     return sorted((graded / "feedback").glob(f"*/{lab}/*.html"))
@@ -70,6 +84,7 @@ def main(args) -> int:
     elif args.step == "collect":
         _nbgrader("collect", args.lab, settings, folder)
     elif args.step == "grade":
+        install_mathjax()
         workers = ["--workers", str(args.workers)] if args.workers else []
         command = [sys.executable, "-m", "grading", "grade", args.lab, str(folder / "submitted"),
                    "--course-dir", str(graded), *workers]
@@ -81,4 +96,12 @@ def main(args) -> int:
             raise UsageError(f"no feedback for {args.lab} in {graded / 'feedback'}: grade it first "
                              f"(course class grade {args.lab}), then release it")
         _nbgrader("release_feedback", args.lab, settings, graded)
+        readable_feedback(Path(settings["exchange"]) / settings["course_id"] / "feedback")
     return 0
+
+
+def readable_feedback(outbound: Path) -> None:
+    """nbgrader copies a feedback page with its mode, and the class folder's are closed to other
+    users: the released copies (named by a hash only their student can compute) are made readable."""
+    for page in outbound.glob("*.html"):
+        os.chmod(page, page.stat().st_mode | 0o444)
