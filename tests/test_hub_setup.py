@@ -225,3 +225,33 @@ def test_every_server_on_the_hub_gets_the_check_my_lab_button(tmp_path, monkeypa
         assert setup["labextensions"] == {"labutils-check": course_config / "labextensions" / "labutils-check"}
         if user == "ana":  # the student's own folder still switches the instructors' panels off
             assert setup["jpserver_extensions"]["nbgrader.server_extensions.formgrader"] is False
+
+
+def test_fetch_feedback_before_a_release_says_so(tmp_path, monkeypatch):
+    """The students' nbgrader configuration on the hub: Fetch Feedback with nothing released is an
+    error with a message (the Assignment List shows it), not a silent no-op."""
+    from nbgrader.auth import Authenticator
+    from nbgrader.coursedir import CourseDirectory
+    from nbgrader.exchange import ExchangeFactory
+    from nbgrader.exchange.abc.exchange import ExchangeError
+    from traitlets.config.loader import PyFileConfigLoader
+
+    exchange, home = tmp_path / "exchange", tmp_path / "home"
+    submitted = exchange / "multigpu" / "inbound"
+    submitted.mkdir(parents=True)
+    (exchange / "multigpu" / "feedback").mkdir()
+    cache = tmp_path / "cache" / "multigpu" / f"{os.environ.get('USER', 'root')}+lab02_collectives+2026-11-27 08:00:00.000000 UTC"
+    cache.mkdir(parents=True)
+    (cache / "lab02_collectives.ipynb").write_text("{}")
+    (cache / "submission_secret.txt").write_text("secret")
+    home.mkdir()
+    monkeypatch.setenv("COURSE_EXCHANGE", str(exchange))
+    monkeypatch.setenv("COURSE_ID", "multigpu")
+    config = PyFileConfigLoader("nbgrader_config.py", path=str(Path(start.__file__).parent / "student_config")).load_config()
+    config.Exchange.cache = str(tmp_path / "cache")
+    config.Exchange.assignment_dir = str(home)
+    config.CourseDirectory.assignment_id = "lab02_collectives"
+    fetch = ExchangeFactory(config=config).FetchFeedback(coursedir=CourseDirectory(config=config),
+                                                         authenticator=Authenticator(config=config), config=config)
+    with pytest.raises(ExchangeError, match="No feedback for lab02_collectives yet"):
+        fetch.start()
