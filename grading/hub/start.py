@@ -23,6 +23,7 @@ from pathlib import Path
 from grading.hub import checks, permissions, shared
 from grading.hub.checks import HubNotReady, load_settings
 from grading.paths import COURSE_ROOT
+from grading.student_copy import LeakError
 
 HUB_DIR = Path(__file__).resolve().parent
 DEFAULT_CONFIG = HUB_DIR / "course_hub.toml"
@@ -84,7 +85,11 @@ def prepare(settings_path: Path, build_dir: Path) -> tuple[list[str], dict]:
         raise HubNotReady("\n".join(found))
     proxy = find_proxy(build_dir)
     prepare_exchange(Path(settings["exchange"]))
-    for line in secure(settings) + shared.prepare(Path(settings["shared"]), settings["python"]):
+    try:
+        made = shared.prepare(Path(settings["shared"]), settings["python"])
+    except (LeakError, ValueError) as error:
+        raise HubNotReady(f"the students' copy cannot be served: {error}") from None
+    for line in secure(settings) + made:
         print(f"course hub: {line}", flush=True)
     state_dir = build_dir / "state"
     state_dir.mkdir(parents=True, exist_ok=True)

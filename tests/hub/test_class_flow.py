@@ -221,6 +221,9 @@ def test_a_class_takes_a_lab_through_the_hub(hub, browser, pages):
     assert "3" in text and "16" in text, text[:500]
     assert "BEGIN HIDDEN TESTS" not in text and "grading.judge" not in text
     assert "beside the notebook" not in text, text[:1500]
+    page = feedback.read_text()
+    assert "cdnjs" not in page and "MathJax" in page, "the feedback page loads MathJax from the network"
+    assert ">Test cell<" not in page
 
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     (ARTIFACTS / "timings.md").write_text(timings.table() + "\n")
