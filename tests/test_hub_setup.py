@@ -8,7 +8,6 @@ import shutil
 import socket
 import stat
 import subprocess
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 

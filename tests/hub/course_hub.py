@@ -11,11 +11,12 @@ import urllib.request
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-ACCOUNTS = {"students": ["cstudent1", "cstudent2"], "instructors": ["cteacher1"]}
+#: Throwaway accounts, named apart from any other test's so runs side by side do not meet.
+ACCOUNTS = {"students": ["hubstudent1", "hubstudent2"], "instructors": ["hubteacher1"]}
 SYSTEM_PYTHON = "/usr/bin/python3"
 #: The students' copy and environment the hub makes; kept between runs (the hub reinstalls only
 #: what changed), so only the first run waits for pip.
-SHARED = Path("/var/tmp/multigpu-course-hub-shared")
+SHARED = Path("/var/tmp/course-students-environment")
 #: Seconds the hub may take to answer: the first start installs the students' environment.
 HUB_START_TIMEOUT_S = 1200
 
