@@ -31,6 +31,7 @@ def _feedback_page(tmp_path, monkeypatch, mathjax: str | None) -> str:
     c = Config()
     configure_feedback_page(c)
     c.merge(GenerateFeedback(config=c).config)  # what nbgrader adds: bootstrap's CSS folder
+    c.HTMLExporter.template_name = "feedback"  # what nbgrader's API (course grade) always asks for
     resources = {"nbgrader": {"notebook": "lab02_collectives", "score": 3.0, "max_score": 16.0, "late_penalty": 0}}
     body, _ = FeedbackPage(config=c).from_notebook_node(_graded_notebook(), resources=resources)
     return body

@@ -17,7 +17,7 @@ tracebacks of its errors (which quote that source). ``SanitizeHiddenTests``:
   lines the student's own cells hold too are not counted (a verdict quotes the student's line);
 - shortens the grading folder's path to "grading" wherever an output names it.
 
-The page itself (``FEEDBACK_TEMPLATE``, nbgrader's feedback template extended) loads nothing from
+The page itself (``feedback_template/feedback``, nbgrader's feedback template extended) loads nothing from
 the network: ``offline_mathjax`` puts MathJax 3 (the npm package ``make site`` installs under
 ``build/mathjax/``, or ``$COURSE_MATHJAX``) inside the page instead of nbgrader's CDN script, and
 ``part_titles`` names each entry of the table of contents after its part ("Part 1: ...") where
@@ -194,7 +194,8 @@ class SanitizeHiddenTests(NbGraderPreprocessor):
         return cell, resources
 
 
-#: nbgrader's feedback template extended by the course's (``course_feedback``): the folder holding it.
+#: The folder holding the course's ``feedback`` template, found before nbgrader's of the same name
+#: (nbgrader's API always asks for ``feedback``), which it extends.
 FEEDBACK_TEMPLATE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "feedback_template")
 #: MathJax 3's TeX-to-SVG bundle, as ``make site`` installs it; ``$COURSE_MATHJAX`` names another.
 MATHJAX_BUNDLE = os.path.join(COURSE_ROOT, "build", "mathjax", "node_modules", "mathjax", "es5", "tex-svg.js")
@@ -221,7 +222,7 @@ class FeedbackPage(HTMLExporter):
 def configure_feedback_page(c) -> None:
     """Point nbgrader's GenerateFeedback at the course's template and its two filters."""
     c.GenerateFeedback.exporter_class = FeedbackPage
-    c.HTMLExporter.template_name = "course_feedback"
+    c.HTMLExporter.template_name = "feedback"
     c.HTMLExporter.extra_template_basedirs = [FEEDBACK_TEMPLATE_DIR, _nbgrader_templates()]
     c.HTMLExporter.filters = {"offline_mathjax": offline_mathjax, "part_titles": part_titles}
 
