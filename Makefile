@@ -82,11 +82,17 @@ labextension: $(STAMP)
 student: $(STAMP)
 	$(BIN)/course student --archive
 
-# The course's JupyterHub on a shared node (grading/hub/course_hub.toml): run as root, with a
-# course environment every account can read, e.g. sudo make hub VENV=/opt/multigpu PYTHON=/usr/bin/python3
-# (batchspawner comes too: spawner = "slurm" in course_hub.toml makes every server a Slurm job)
-hub: $(STAMP)
+# The course's JupyterHub on a shared node (grading/hub/course_hub.toml), as root: `course hub`
+# checks every prerequisite at once, then makes the students' copy and its environment under the
+# settings' shared folder (students' servers run that, never this checkout). JupyterHub is
+# installed here once (the stamp), not at every start; batchspawner comes too (spawner = "slurm"
+# in course_hub.toml makes every server a Slurm job).
+HUB_STAMP := $(VENV)/.hub-installed
+$(HUB_STAMP): $(STAMP) pyproject.toml
 	$(BIN)/python -m pip install -q -e '.[hub,slurm]'
+	touch $@
+
+hub: $(HUB_STAMP)
 	$(BIN)/course hub
 
 bench: $(STAMP)

@@ -5,6 +5,7 @@
     course nightly [NOTEBOOK ...]                         run every notebook and lab, write a report
     course student [--archive]                            the students' copy in build/student
     course hub [--config FILE]                            JupyterHub for a class on a shared node
+    course class release|collect|grade|feedback LAB       a class's hand-in through the hub's exchange
     course site [--run | --from RUN]                      build/site/: the chapters as a website
     course doctor | bench | model ...                     the students' `labutils` commands, as they are
 
@@ -28,6 +29,7 @@ SUBCOMMANDS = {
     "nightly": ("grading.nightly.runner", "execute every notebook with papermill, check the labs, write a report"),
     "student": ("grading.student_copy", "build the students' copy of the course in build/student (no solutions, no grader)"),
     "hub": ("grading.hub.start", "start the course's JupyterHub on a shared node (grading/hub/course_hub.toml)"),
+    "class": ("grading.hub.classroom", "a class's hand-in through the hub: release, collect, grade, feedback"),
     "site": ("grading.site.command", "build the course website (build/site/) from a nightly run's executed notebooks"),
 }
 #: subcommands that are the students' `labutils` command's, forwarded unchanged

@@ -31,7 +31,7 @@ from nbgrader.preprocessors import (
 )
 
 from grading.autograder.execute import ResilientExecute
-from grading.autograder.feedback import SanitizeHiddenTests
+from grading.autograder.feedback import SanitizeHiddenTests, configure_feedback_page
 from grading.autograder.restore import RestoreDeletedCells
 from grading.paths import with_course_on_pythonpath
 
@@ -56,3 +56,4 @@ c.Autograde.autograde_preprocessors = [
     SaveAutoGrades, AssignLatePenalties, CheckCellMetadata,
 ]
 c.GenerateFeedback.preprocessors = [GetGrades, CSSHTMLHeaderPreprocessor, SanitizeHiddenTests]
+configure_feedback_page(c)  # MathJax inside the page, parts named in its table of contents

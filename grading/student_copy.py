@@ -59,10 +59,33 @@ def build_student_copy(out_dir: Path, course_root: Path = COURSE_ROOT) -> Path:
     shutil.copy2(TEMPLATES / "Makefile", out_dir / "Makefile")
     shutil.copy2(TEMPLATES / "README.md", out_dir / "README.md")
     (out_dir / "pyproject.toml").write_text(student_pyproject((course_root / "pyproject.toml").read_text()))
+    strip_outputs(out_dir)
     leaks = find_leaks(out_dir, course_root) + missing_imports(out_dir)
     if leaks:
-        raise LeakError("the students' copy is not clean:\n  " + "\n  ".join(leaks))
+        hint = [WORKED_LAB_HINT] if any(leak.startswith("labs/") for leak in leaks) else []
+        raise LeakError("the students' copy is not clean:\n  " + "\n  ".join(leaks + hint))
     return out_dir
+
+
+#: What to do when labs/ of the checkout holds a student's work (a lab tried in place).
+WORKED_LAB_HINT = ("labs/ is not the release: a lab was worked on in this checkout. Keep that work "
+                   "elsewhere (cp -r labs/LAB ~/LAB-mine), restore the release (git checkout -- labs/, "
+                   "or course release --all), then build the copy again")
+
+
+def strip_outputs(copy_dir: Path) -> list[Path]:
+    """Clear the outputs and execution counts of every notebook of the copy (a chapter run in the
+    checkout ships as committed: without outputs); the notebooks changed."""
+    changed = []
+    for notebook in sorted(copy_dir.rglob("*.ipynb")):
+        content = json.loads(notebook.read_text())
+        cells = [c for c in content["cells"] if c["cell_type"] == "code" and (c.get("outputs") or c.get("execution_count"))]
+        for cell in cells:
+            cell["outputs"], cell["execution_count"] = [], None
+        if cells:
+            notebook.write_text(json.dumps(content, indent=1, ensure_ascii=False) + "\n")
+            changed.append(notebook)
+    return changed
 
 
 def student_pyproject(text: str) -> str:

@@ -85,8 +85,11 @@ def execute_visible(notebook: dict, folder: Path, cell_timeout_s: float) -> dict
             if _nbgrader(cell).get("grade"):  # keep its title comment, drop the hidden tests
                 title = cell.source.splitlines()[:1]
                 cell.source = title[0] if title and title[0].startswith("#") else ""
+    # The kernel's own start-up warnings (e.g. "running over TCP without encryption" on a local
+    # kernel) would land inside the report; errors still reach stderr.
     client = NotebookClient(runnable, timeout=cell_timeout_s, kernel_name="python3", allow_errors=True,
-                            resources={"metadata": {"path": str(folder)}})
+                            resources={"metadata": {"path": str(folder)}},
+                            extra_arguments=["--IPKernelApp.log_level=ERROR"])
     client.execute()
     return runnable
 

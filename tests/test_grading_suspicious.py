@@ -72,7 +72,7 @@ def test_a_helper_file_beside_the_notebook_is_named_in_the_report(tmp_path):
 
     from grading.autograder.suspicious import suspicious_helper_files
 
-    for name in ("lab01_tensor_parallel.ipynb", "timestamp.txt", "weights.pt"):
+    for name in ("lab01_tensor_parallel.ipynb", "timestamp.txt", "submission_secret.txt", "weights.pt"):
         (tmp_path / name).write_text("")
     (tmp_path / "my_layers.py").write_text("import torch\n\nobjects = gc.get_objects()\n")
     lines = helper_files(str(tmp_path), ["lab01_tensor_parallel.ipynb"])

@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import socket
-import sys
+import stat
+import subprocess
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
-from grading.hub import gpus, start
+from grading.hub import checks, gpus, permissions, shared, start
 from grading.hub.gpus import NodeDevices, NoDeviceLeft, visible_devices
 
+REPO = Path(__file__).resolve().parents[1]
 FOUR = NodeDevices(gpus=tuple(f"GPU-{k}" for k in range(4)))
 ROSTER = ["ana", "ben", "cho", "dev", "eli", "fay"]
 
@@ -74,12 +77,29 @@ def test_a_busy_port_is_refused():
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
         busy.listen()
-        with pytest.raises(start.HubNotReady, match="is busy"):
-            start.check_port_free("127.0.0.1", busy.getsockname()[1])
+        settings = {"port": busy.getsockname()[1], "ip": "127.0.0.1"}
+        assert not checks.port_free("127.0.0.1", settings["port"])
+        [line] = checks.port_problems(settings)
+        assert "is busy" in line and "set another `port`" in line
+
+
+def test_a_port_left_in_time_wait_by_a_stopped_server_is_free():
+    with socket.socket() as server:
+        server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        port = server.getsockname()[1]
+        client = socket.create_connection(("127.0.0.1", port))
+        accepted, _ = server.accept()
+        accepted.close()  # the server's side closes first: its port is left in TIME-WAIT
+        client.recv(1)
+        client.close()
+    assert checks.port_free("127.0.0.1", port)
 
 
 def test_without_npm_the_proxy_cannot_be_installed(tmp_path, monkeypatch):
     monkeypatch.setattr(start.shutil, "which", lambda name: None)
+    monkeypatch.setattr(checks.shutil, "which", lambda name: None)
     with pytest.raises(start.HubNotReady, match="npm is missing"):
         start.find_proxy(tmp_path / "build")
     assert not (tmp_path / "build").exists()
@@ -89,32 +109,97 @@ def test_a_private_folder_on_the_way_to_python_is_named(tmp_path):
     private = tmp_path / "private"
     (private / "bin").mkdir(parents=True)
     (private / "bin" / "python").write_text("")
+    (private / "bin" / "python").chmod(0o755)
     private.chmod(0o700)
-    with pytest.raises(start.HubNotReady, match="is private"):
-        start.check_readable_by_everyone(private / "bin" / "python", "the course's Python")
+    [line] = checks.python_problems(str(private / "bin" / "python"))
+    assert "is private" in line and 'python = "/usr/bin/python3"' in line
 
 
-def test_nothing_is_created_when_a_check_fails(tmp_path, monkeypatch, capsys):
+def test_accounts_without_a_password_are_named_with_the_fix(tmp_path):
+    shadow = tmp_path / "shadow"
+    shadow.write_text("ana:$6$salt$hash:19000:0:99999:7:::\nben:!:19000::::::\ncho:*:19000::::::\ndev::19000::::::\n")
+    assert checks.without_password(["ana", "ben", "cho", "dev"], shadow) == ["ben", "cho", "dev"]
+    assert checks.without_password(["ana"], tmp_path / "unreadable") == []
+
+
+def test_every_missing_prerequisite_is_one_line_and_nothing_is_created(tmp_path, monkeypatch, capsys):
     exchange = tmp_path / "exchange"
-    config = _settings(tmp_path, f'students = ["nobody-here-1"]\nexchange = "{exchange}"\nport = 18999\n')
-    monkeypatch.setattr(start.os, "geteuid", lambda: 0)
+    config = _settings(tmp_path, f'students = ["nobody-here-1"]\nexchange = "{exchange}"\nport = 18999\n'
+                                 f'python = "{tmp_path / "no-python"}"\nshared = "{tmp_path / "shared"}"\n'
+                                 f'class_dir = "{tmp_path / "class"}"\n')
+    monkeypatch.setattr(checks.os, "geteuid", lambda: 1000)
     from grading.cli import main
 
     assert main(["hub", "--config", str(config), "--build-dir", str(tmp_path / "build")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "no Unix account for nobody-here-1" in err[0], err
-    assert not exchange.exists() and not (tmp_path / "build").exists()
+    assert len(err) == 3, err
+    assert "run it as root" in err[0] and "no Unix account for nobody-here-1" in err[1], err
+    assert "no Python at" in err[2] and "set `python" in err[2], err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["hub.toml"]
+
+
+def test_make_hub_installs_jupyterhub_once(tmp_path):
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    for stamp in (".installed", ".hub-installed"):
+        (venv / stamp).touch()
+    result = subprocess.run(["make", "-n", "hub", f"VENV={venv}"], cwd=REPO, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert "pip install" not in result.stdout and "course hub" in result.stdout, result.stdout
+    (venv / ".hub-installed").unlink()
+    again = subprocess.run(["make", "-n", "hub", f"VENV={venv}"], cwd=REPO, capture_output=True, text=True)
+    assert ".[hub]" in again.stdout, again.stdout
+
+
+def test_homes_and_the_class_folder_are_closed_to_other_users(tmp_path, monkeypatch):
+    home = tmp_path / "home"
+    home.mkdir(mode=0o755)
+    home.chmod(0o755)
+    monkeypatch.setattr(permissions.pwd, "getpwnam", lambda name: SimpleNamespace(pw_dir=str(home)))
+    [line] = permissions.close_homes(["ana"])
+    assert "ana's home" in line and stat.S_IMODE(home.stat().st_mode) == 0o700
+    assert permissions.close_homes(["ana"]) == []
+    graded = tmp_path / "class" / "graded"
+    graded.mkdir(parents=True)
+    for name in ("gradebook.db", "grades.csv"):
+        (graded / name).write_text("")
+        (graded / name).chmod(0o644)
+    permissions.close_to_others(tmp_path / "class", "the class folder")
+    for path in (tmp_path / "class", graded, graded / "gradebook.db", graded / "grades.csv"):
+        assert stat.S_IMODE(path.stat().st_mode) & 0o007 == 0, path
+
+
+def _class_settings(tmp_path: Path) -> Path:
+    return _settings(tmp_path, f'students = ["ana"]\nexchange = "{tmp_path / "exchange"}"\n'
+                               f'class_dir = "{tmp_path / "class"}"\n')
+
+
+def test_class_release_creates_the_class_folder_and_feedback_without_grades_fails(tmp_path, capsys):
+    from grading.cli import main
+
+    config = _class_settings(tmp_path)
+    (tmp_path / "exchange").mkdir()
+    assert main(["class", "release", "lab02_collectives", "--config", str(config)]) == 0
+    assert (tmp_path / "class").is_dir() and stat.S_IMODE((tmp_path / "class").stat().st_mode) & 0o007 == 0
+    released = tmp_path / "exchange" / "multigpu" / "outbound" / "lab02_collectives" / "lab02_collectives.ipynb"
+    assert released.is_file()
+    assert main(["class", "collect", "lab02_collectives", "--config", str(config)]) == 0
+    capsys.readouterr()
+    assert main(["class", "feedback", "lab02_collectives", "--config", str(config)]) == 2
+    assert "no feedback for lab02_collectives" in capsys.readouterr().err
 
 
 def _spawned_environment(tmp_path, monkeypatch, user: str) -> dict:
     """The environment the hub's configuration gives ``user``'s server (roster: ana; teacher: ivy)."""
     from traitlets.config.loader import PyFileConfigLoader
 
-    settings = _settings(tmp_path, f'students = ["ana"]\ninstructors = ["ivy"]\nexchange = "{tmp_path / "x"}"\n')
-    for name, value in {"COURSE_HUB_CONFIG": settings, "COURSE_HUB_STATE": tmp_path, "COURSE_HUB_PYTHON": sys.executable,
+    settings = _settings(tmp_path, f'students = ["ana"]\ninstructors = ["ivy"]\nexchange = "{tmp_path / "x"}"\n'
+                                   f'shared = "{tmp_path / "shared"}"\n')
+    for name, value in {"COURSE_HUB_CONFIG": settings, "COURSE_HUB_STATE": tmp_path,
                         "COURSE_HUB_PROXY": "configurable-http-proxy"}.items():
         monkeypatch.setenv(name, str(value))
     config = PyFileConfigLoader("jupyterhub_config.py", path=str(Path(start.__file__).parent)).load_config()
+    assert config.Spawner.cmd[0] == str(tmp_path / "shared" / "venv" / "bin" / "python")
     spawner = SimpleNamespace(user=SimpleNamespace(name=user), environment=dict(config.Spawner.environment),
                               log=logging.getLogger("test"))
     config.Spawner.pre_spawn_hook(spawner)
@@ -126,11 +211,46 @@ def test_every_server_on_the_hub_gets_the_check_my_lab_button(tmp_path, monkeypa
 
     from labutils.jupyter_check import COURSE_JUPYTER_CONFIG
 
+    hub_dir = Path(start.__file__).parent
+    for role in shared.ROLES:  # what the hub copies into the shared folder at start
+        shutil.copytree(hub_dir / f"{role}_config", tmp_path / "shared" / "config" / f"{role}_config")
+    shutil.copytree(COURSE_JUPYTER_CONFIG, tmp_path / "shared" / "course" / "labutils" / "data" / "jupyter")
+    course_config = tmp_path / "shared" / "course" / "labutils" / "data" / "jupyter"
     for user, own in (("ana", "student_config"), ("ivy", "instructor_config")):
         folders = [Path(p) for p in _spawned_environment(tmp_path, monkeypatch, user)["JUPYTER_CONFIG_PATH"].split(os.pathsep)]
-        assert folders == [Path(start.__file__).parent / own, COURSE_JUPYTER_CONFIG], folders
+        assert folders == [tmp_path / "shared" / "config" / own, course_config], folders
         setup = button_setup(folders)
         assert setup["jpserver_extensions"]["labutils.jupyter_check"] is True, setup
-        assert setup["labextensions"] == {"labutils-check": COURSE_JUPYTER_CONFIG / "labextensions" / "labutils-check"}
+        assert setup["labextensions"] == {"labutils-check": course_config / "labextensions" / "labutils-check"}
         if user == "ana":  # the student's own folder still switches the instructors' panels off
             assert setup["jpserver_extensions"]["nbgrader.server_extensions.formgrader"] is False
+
+
+def test_fetch_feedback_before_a_release_says_so(tmp_path, monkeypatch):
+    """The students' nbgrader configuration on the hub: Fetch Feedback with nothing released is an
+    error with a message (the Assignment List shows it), not a silent no-op."""
+    from nbgrader.auth import Authenticator
+    from nbgrader.coursedir import CourseDirectory
+    from nbgrader.exchange import ExchangeFactory
+    from nbgrader.exchange.abc.exchange import ExchangeError
+    from traitlets.config.loader import PyFileConfigLoader
+
+    exchange, home = tmp_path / "exchange", tmp_path / "home"
+    submitted = exchange / "multigpu" / "inbound"
+    submitted.mkdir(parents=True)
+    (exchange / "multigpu" / "feedback").mkdir()
+    cache = tmp_path / "cache" / "multigpu" / f"{os.environ.get('USER', 'root')}+lab02_collectives+2026-11-27 08:00:00.000000 UTC"
+    cache.mkdir(parents=True)
+    (cache / "lab02_collectives.ipynb").write_text("{}")
+    (cache / "submission_secret.txt").write_text("secret")
+    home.mkdir()
+    monkeypatch.setenv("COURSE_EXCHANGE", str(exchange))
+    monkeypatch.setenv("COURSE_ID", "multigpu")
+    config = PyFileConfigLoader("nbgrader_config.py", path=str(Path(start.__file__).parent / "student_config")).load_config()
+    config.Exchange.cache = str(tmp_path / "cache")
+    config.Exchange.assignment_dir = str(home)
+    config.CourseDirectory.assignment_id = "lab02_collectives"
+    fetch = ExchangeFactory(config=config).FetchFeedback(coursedir=CourseDirectory(config=config),
+                                                         authenticator=Authenticator(config=config), config=config)
+    with pytest.raises(ExchangeError, match="No feedback for lab02_collectives yet"):
+        fetch.start()

@@ -74,6 +74,17 @@ def test_the_course_configuration_enables_the_server_side_and_finds_the_button()
     assert schema["jupyter.lab.menus"]["main"][0]["id"] == "jp-mainmenu-run"
 
 
+def test_the_course_configuration_hides_the_instructors_panels_and_the_news(monkeypatch):
+    """JupyterLab reads labconfig/page_config.json in every folder of JUPYTER_CONFIG_PATH, as `make lab` sets it."""
+    from jupyterlab_server.config import get_static_page_config
+
+    monkeypatch.setenv("JUPYTER_CONFIG_PATH", str(COURSE_JUPYTER_CONFIG))
+    page = get_static_page_config(level="all")
+    disabled = {name for name, off in page.get("disabledExtensions", {}).items() if off}
+    assert {"@jupyter/nbgrader:create-assignment", "@jupyter/nbgrader:formgrader",
+            "@jupyterlab/apputils-extension:announcements"} <= disabled, page
+
+
 def test_the_prebuilt_extension_is_built_from_the_source_beside_it():
     """Edit labutils/data/check_button, then run `make labextension`: this fails until then."""
     recorded = {}

@@ -32,6 +32,16 @@ def test_an_untouched_lab_fails_with_every_part_not_attempted(capsys):
     assert "0 of 5 parts pass their visible checks" in "\n".join(lines)
 
 
+def test_the_report_holds_no_warning_of_the_kernel():
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, "-m", "labutils", "check", str(_notebook("labs", "lab01_tensor_parallel"))],
+                            capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert result.returncode == 1 and "not attempted" in result.stdout + result.stderr, result
+    assert "without encryption" not in result.stdout + result.stderr, result.stderr
+
+
 def test_one_part_written_passes_and_the_others_are_not_attempted(tmp_path, capsys):
     answer = solution_answers("lab02_collectives")["ring_basics"]
     path = release_with("lab02_collectives", {"ring_basics": answer}, tmp_path / "lab02_collectives.ipynb")

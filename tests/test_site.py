@@ -45,7 +45,9 @@ REPO_URL = "https://github.com/example/multigpu-course"
 
 def _chapter(title: str, widget: bool = False):
     """An executed chapter: a parameters cell papermill injected, math in Markdown, a figure, maybe a widget."""
-    cells = [nbformat.v4.new_markdown_cell(f"# {title}\n\nThe algbw is $S/T$ and $$T = \\alpha + S\\beta$$"),
+    cells = [nbformat.v4.new_markdown_cell(f"# {title}\n\nThe algbw is $S/T$ and $$T = \\alpha + S\\beta$$\n\n"
+                                           "Next: [the ring](01_ring.ipynb), [its lab](../labs/lab01_ring/ring.ipynb#Lab-1:-a-ring), "
+                                           "[the README](../README.md)."),
              nbformat.v4.new_code_cell("QUICK = True", metadata={"tags": ["injected-parameters"]}),
              nbformat.v4.new_code_cell("plot()", outputs=[nbformat.v4.new_output(
                  "display_data", data={"image/png": PNG, "text/plain": "<Figure>"})])]
@@ -124,6 +126,29 @@ def test_pages_hold_text_math_figures_label_and_run_links(course):
     assert 'href="00_start.html"' in page and re.search(r'<a [^>]*aria-current="page"[^>]*>1\. The ring', page)
     index = (site.folder / "index.html").read_text()
     assert all(f'href="{name}"' in index for name in ("00_start.html", "01_ring.html", "lab01_ring.html"))
+
+
+def _anchors(page) -> set[str]:
+    return set(re.findall(r'\sid="([^"]+)"', page.read_text()))
+
+
+def test_every_link_of_the_site_resolves(course):
+    site = _build(course)
+    pages = sorted(site.folder.glob("*.html"))
+    walked = 0
+    for page in pages:
+        for target in re.findall(r'<(?:a|link|script|img)\b[^>]*?\s(?:href|src)="([^"]*)"', page.read_text()):
+            if re.match(r"^(https?:|data:|mailto:)", target):
+                continue
+            path, _, anchor = target.partition("#")
+            linked = site.folder / path if path else page
+            assert linked.is_file(), f"{page.name} links {target}, which the site does not have"
+            assert not anchor or linked.suffix != ".html" or anchor in _anchors(linked), f"{page.name}: {target}"
+            walked += 1
+    assert walked > 3 * len(pages)
+    start = (site.folder / "00_start.html").read_text()
+    assert 'href="01_ring.html"' in start and 'href="lab01_ring.html#Lab-1:-a-ring"' in start
+    assert f'href="{REPO_URL}/blob/main/README.md"' in start and not re.search(r'href="[^":]*\.ipynb', start)
 
 
 def test_widget_becomes_its_static_draw_with_a_note(course):

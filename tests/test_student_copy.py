@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -99,6 +100,42 @@ def test_a_dirty_copy_fails_the_build(tmp_path, monkeypatch):
     monkeypatch.setattr(student_copy, "COPIED_FOLDERS", student_copy.COPIED_FOLDERS + ("solutions",))
     with pytest.raises(LeakError, match="solutions"):
         build_student_copy(tmp_path / "student")
+
+
+def _tried_checkout(tmp_path: Path) -> Path:
+    """A copy of the course where chapter 1 was run (outputs) and lab 2 worked on in labs/."""
+    root = tmp_path / "course"
+    for name in ("notebooks", "labs", "labutils", "solutions", "grading"):
+        shutil.copytree(ROOT / name, root / name, ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("environment.yml", "pyproject.toml"):
+        shutil.copy(ROOT / name, root / name)
+    chapter = next((root / "notebooks").glob("01_*.ipynb"))
+    content = json.loads(chapter.read_text())
+    code = next(c for c in content["cells"] if c["cell_type"] == "code")
+    code["execution_count"] = 3
+    code["outputs"] = [{"output_type": "stream", "name": "stdout", "text": ["ran in the checkout\n"]}]
+    chapter.write_text(json.dumps(content, indent=1))
+    return root
+
+
+def test_chapters_run_in_the_checkout_ship_without_outputs(tmp_path):
+    root = _tried_checkout(tmp_path)
+    copy = build_student_copy(tmp_path / "build" / "student", course_root=root)
+    chapter = json.loads(next((copy / "notebooks").glob("01_*.ipynb")).read_text())
+    assert all(not c.get("outputs") and c.get("execution_count") is None for c in chapter["cells"] if c["cell_type"] == "code")
+    assert "ran in the checkout" not in (copy / "notebooks").joinpath(next((root / "notebooks").glob("01_*.ipynb")).name).read_text()
+
+
+def test_a_lab_worked_on_in_the_checkout_fails_with_how_to_fix_it(tmp_path):
+    root = _tried_checkout(tmp_path)
+    solution = json.loads((root / "solutions" / "lab02_collectives" / "lab02_collectives.ipynb").read_text())
+    lab = root / "labs" / "lab02_collectives" / "lab02_collectives.ipynb"
+    worked = json.loads(lab.read_text())
+    worked["cells"] = solution["cells"]
+    lab.write_text(json.dumps(worked, indent=1))
+    with pytest.raises(LeakError) as error:
+        build_student_copy(tmp_path / "build" / "student", course_root=root)
+    assert "labs/lab02_collectives" in str(error.value) and "git checkout -- labs/" in str(error.value)
 
 
 def test_the_build_never_replaces_a_folder_that_is_not_a_copy(tmp_path):

@@ -18,6 +18,12 @@ tracebacks of its errors (which quote that source). ``SanitizeHiddenTests``:
 - shortens the grading folder's path to "grading" wherever an output names it;
 - keeps every cell's outputs within ``output_bounds`` first, and finds quoted lines in time linear in
   the output's length (``LeakFinder``), so a notebook's output bombs cost its own page little time.
+
+The page itself (``feedback_template/feedback``, nbgrader's feedback template extended) loads nothing from
+the network: ``offline_mathjax`` puts MathJax 3 (the npm package ``make site`` installs under
+``build/mathjax/``, or ``$COURSE_MATHJAX``) inside the page instead of nbgrader's CDN script, and
+``part_titles`` names each entry of the table of contents after its part ("Part 1: ...") where
+nbgrader writes "Test cell" and "Comment".
 """
 from __future__ import annotations
 
@@ -28,10 +34,11 @@ import json
 import os
 import re
 
+from nbconvert import HTMLExporter
 from nbformat.v4 import new_markdown_cell, new_output
 from nbgrader import utils
 from nbgrader.preprocessors import NbGraderPreprocessor
-from traitlets import Unicode
+from traitlets import Unicode, default
 
 from grading.autograder.output_bounds import OutputBudget, bound_outputs
 from grading.paths import COURSE_ROOT, GRADING_DIR
@@ -217,3 +224,72 @@ class SanitizeHiddenTests(NbGraderPreprocessor):
         cell.outputs = [new_output("stream", name="stdout", text=REDACTED) if self._quotes_hidden_tests(o)
                         else _without_grader_paths(o, course) for o in outputs]
         return cell, resources
+
+
+#: The folder holding the course's ``feedback`` template, found before nbgrader's of the same name
+#: (nbgrader's API always asks for ``feedback``), which it extends.
+FEEDBACK_TEMPLATE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "feedback_template")
+#: MathJax 3's TeX-to-SVG bundle, as ``make site`` installs it; ``$COURSE_MATHJAX`` names another.
+MATHJAX_BUNDLE = os.path.join(COURSE_ROOT, "build", "mathjax", "node_modules", "mathjax", "es5", "tex-svg.js")
+_CDN_MATHJAX = re.compile(r"<!-- Load mathjax -->.*?<!-- End of mathjax configuration -->", re.S)
+_MATHJAX_CONFIG = ("window.MathJax = {tex: {inlineMath: [['$', '$'], ['\\\\(', '\\\\)']], processEscapes: true, "
+                   "processEnvironments: true}, svg: {fontCache: 'global'}, options: {enableMenu: false}};")
+
+
+def _nbgrader_templates() -> str:
+    import nbgrader
+
+    return os.path.join(os.path.dirname(nbgrader.__file__), "server_extensions", "formgrader", "templates")
+
+
+class FeedbackPage(HTMLExporter):
+    """nbconvert's HTMLExporter that also finds nbgrader's templates by name (the course's template
+    extends ``feedback/index.html.j2``)."""
+
+    @default("template_paths")
+    def _template_paths(self, prune=True, root_dirs=None):
+        return [*super()._template_paths(prune=prune, root_dirs=root_dirs), _nbgrader_templates()]
+
+
+def configure_feedback_page(c) -> None:
+    """Point nbgrader's GenerateFeedback at the course's template and its two filters."""
+    c.GenerateFeedback.exporter_class = FeedbackPage
+    c.HTMLExporter.template_name = "feedback"
+    c.HTMLExporter.extra_template_basedirs = [FEEDBACK_TEMPLATE_DIR, _nbgrader_templates()]
+    c.HTMLExporter.filters = {"offline_mathjax": offline_mathjax, "part_titles": part_titles}
+
+
+def offline_mathjax(head: str) -> str:
+    """The page's head with nbgrader's CDN MathJax replaced by MathJax 3 inside the page; without the
+    bundle (``make site`` not run), a comment saying how to get it, and formulas stay as TeX."""
+    bundle = os.environ.get("COURSE_MATHJAX") or MATHJAX_BUNDLE
+    try:
+        with open(bundle) as f:
+            code = f.read().replace("</script", "<\\/script")
+        script = f"<script>{_MATHJAX_CONFIG}</script>\n<script>{code}</script>"
+    except OSError:
+        script = f"<!-- no MathJax at {html.escape(bundle)}: `make site` installs it (npm mathjax@3) -->"
+    return _CDN_MATHJAX.sub(lambda _: script, head)
+
+
+def part_title(cell) -> str:
+    """A graded cell's part, from its first line when that is a comment ("# Part 1: ..."), else its id."""
+    meta = cell.get("metadata", {}).get("nbgrader", {})
+    first = (cell.get("source") or "").lstrip().splitlines()[:1]
+    if first and first[0].startswith("#"):
+        return first[0].lstrip("#").strip()
+    return meta.get("grade_id", "")
+
+
+def part_titles(body: str, nb) -> str:
+    """nbgrader's table of contents with each "Test cell" and "Comment" entry named after its part."""
+    for cell in nb.cells:
+        grade_id = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+        if not grade_id:
+            continue
+        title = html.escape(part_title(cell))
+        anchor = re.escape(html.escape(grade_id, quote=True))
+        body = re.sub(rf'(<a href="#{anchor}">)Test cell(</a>)', lambda m: f"{m.group(1)}{title}{m.group(2)}", body)
+        body = re.sub(rf'(<a href="#comment-{anchor}">)Comment(</a>)',
+                      lambda m: f"{m.group(1)}Comment on {title}{m.group(2)}", body)
+    return body

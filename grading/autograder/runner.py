@@ -373,10 +373,12 @@ EXPECTED_FILES = ("timestamp.txt",)
 
 def handed_in_beside(folder: str, notebooks: list) -> list:
     """Names of the files handed in beside the lab's notebooks in ``folder`` (a helper module, data),
-    sorted; none when the folder is missing."""
+    sorted; none when the folder is missing. nbgrader's own files of a hand-in through its exchange
+    (``timestamp.txt``, ``submission_secret.txt``) are not the student's."""
     if not os.path.isdir(folder):
         return []
-    return sorted(name for name in os.listdir(folder) if name not in notebooks and name not in EXPECTED_FILES
+    nbgrader_files = (*EXPECTED_FILES, "submission_secret.txt")
+    return sorted(name for name in os.listdir(folder) if name not in notebooks and name not in nbgrader_files
                   and not name.startswith("."))
 
 

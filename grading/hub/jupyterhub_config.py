@@ -1,24 +1,23 @@
 """JupyterHub configuration of the course on a shared node (``course hub`` starts it).
 
 Reads ``COURSE_HUB_CONFIG`` (a TOML file, default ``grading/hub/course_hub.toml``) for the
-roster, the exchange folder and the GPU policy; ``COURSE_HUB_PYTHON`` is the Python of the
-course environment that every server runs. Each student's server gets
-``CUDA_VISIBLE_DEVICES`` from ``grading.hub.gpus`` and the configuration in
-``grading/hub/student_config`` (nbgrader's exchange, Validate on every cell, no instructors'
-panels); instructors get ``grading/hub/instructor_config`` and every GPU. Both then read the
-course's own configuration (``labutils/data/jupyter``, as ``make lab`` does): the "Check my
-lab" button and its server side.
+roster, the exchange folder, the shared folder and the GPU policy. Every server runs the Python
+of the students' environment under the shared folder (``grading.hub.shared``: the students'
+copy, installed not editable), so no server reads the checkout. Each student's server gets
+``CUDA_VISIBLE_DEVICES`` from ``grading.hub.gpus`` and the students' Jupyter configuration
+(nbgrader's exchange, Validate on every cell, no instructors' panels); instructors get theirs
+and every GPU. Both then read the course's own configuration from the students' copy
+(``labutils/data/jupyter``, as ``make lab`` does): the "Check my lab" button and its server side.
 """
 import os
-import tomllib
 from pathlib import Path
 
-from grading.hub import gpus, slurm_spawner
-from labutils.jupyter_check import COURSE_JUPYTER_CONFIG
+from grading.hub import gpus, shared, slurm_spawner
+from grading.hub.checks import load_settings
 
-hub_dir = Path(gpus.__file__).resolve().parent
-settings = tomllib.loads(Path(os.environ["COURSE_HUB_CONFIG"]).read_text())
+settings = load_settings(Path(os.environ["COURSE_HUB_CONFIG"]))
 state_dir = Path(os.environ["COURSE_HUB_STATE"])
+shared_dir = Path(settings["shared"])
 node = gpus.discover()
 roster = list(settings["students"])
 on_slurm = slurm_spawner.spawner_kind(settings) == "slurm"  # spawner = "slurm": a Slurm job per server
@@ -36,17 +35,17 @@ c.ConfigurableHTTPProxy.command = [os.environ["COURSE_HUB_PROXY"]]
 c.JupyterHub.authenticator_class = "pam"
 c.Authenticator.allowed_users = set(roster) | set(settings.get("instructors", []))
 c.Authenticator.admin_users = set(settings.get("instructors", []))
-c.Spawner.cmd = [os.environ["COURSE_HUB_PYTHON"], "-m", "jupyterhub.singleuser"]
+c.Spawner.cmd = [str(shared.python(shared_dir)), "-m", "jupyterhub.singleuser"]
 c.Spawner.default_url = "/lab"
 c.Spawner.http_timeout = 120
 c.Spawner.start_timeout = 120
 c.Spawner.environment = {
     "COURSE_EXCHANGE": settings["exchange"],
-    "COURSE_ID": settings.get("course_id", "multigpu"),
-    "PATH": f"{Path(os.environ['COURSE_HUB_PYTHON']).parent}:/usr/local/bin:/usr/bin:/bin",
+    "COURSE_ID": settings["course_id"],
+    "PATH": f"{shared.python(shared_dir).parent}:/usr/local/bin:/usr/bin:/bin",
 }
 if on_slurm:
-    slurm_spawner.configure(c, settings, os.environ["COURSE_HUB_PYTHON"])
+    slurm_spawner.configure(c, settings, str(shared.python(shared_dir)))
 
 
 def configure_server(spawner):
@@ -55,8 +54,7 @@ def configure_server(spawner):
     configuration after their own (the Check my lab button)."""
     name = spawner.user.name
     role = "student" if name in roster else "instructor"
-    config_path = os.pathsep.join([str(hub_dir / f"{role}_config"), str(COURSE_JUPYTER_CONFIG)])  # first wins
-    environment = {**spawner.environment, "JUPYTER_CONFIG_PATH": config_path}
+    environment = {**spawner.environment, "JUPYTER_CONFIG_PATH": shared.jupyter_config_path(shared_dir, role)}
     if on_slurm:
         return slurm_spawner.prepare_server(spawner, role, environment, settings.get("gpus", {}))
     if role == "instructor":

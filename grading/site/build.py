@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from html.parser import HTMLParser
 from pathlib import Path
 
+from grading.site.internal_links import rewrite_links
 from grading.site.links import DEFAULT_BRANCH, find_repository
 from grading.site.pages import Page, footer_html, header_html, index_body, nav_html, notebook_title
 from grading.site.render import STATIC, exporter, read_notebook, render_page
@@ -126,10 +127,12 @@ def build_site(out_dir: Path, run_folder: Path | None = None, *, course_root: Pa
     out_dir = prepare_folder(out_dir)
     copy_static(out_dir, mathjax_es5)
     label, html_exporter = machine_label(run), exporter()
+    targets = {page.source: page.filename for page in pages}
+    site_files = {page.filename for page in pages} | {"index.html"}
     for page in pages:
         header = header_html(page, label if page.section == "chapters" else None, repository)
         text = render_page(page, nav_html(pages, page), header, footer_html(run.folder.name), html_exporter)
-        (out_dir / page.filename).write_text(text)
+        (out_dir / page.filename).write_text(rewrite_links(text, page.source, targets, site_files, repository))
     (out_dir / "index.html").write_text(_index_page(pages, label, run.folder.name))
     (out_dir / MANIFEST).write_text(json.dumps(
         {"run": str(run.folder), "started": run.started, "machine": label.text(),

@@ -134,6 +134,9 @@ def test_make_lab_lands_on_the_landing_page(browser, course_root, tmp_path, arti
     try:
         page = context.new_page()
         page.goto(server.printed_url())
+        printed = re.search(rf"http://127\.0\.0\.1:{server.port}/(\S*)\?token=", server.log_tail(100_000)).group(1)
+        quoted = re.findall(r"`http://127\.0\.0\.1:\d+/(\S*)\?token=\.\.\.`", (REPO / "README.md").read_text())
+        assert printed in quoted, f"the README quotes {quoted}, `make lab` prints .../{printed}?token=..."
         page.locator(".jp-NotebookPanel, .jp-Launcher").first.wait_for(timeout=60_000)
         page.screenshot(path=str(artifacts_dir / "make_lab.png"))
         current = page.locator("#jp-main-dock-panel .lm-TabBar-tab.lm-mod-current .lm-TabBar-tabLabel").inner_text()

@@ -1,7 +1,8 @@
-"""The course hub under test: accounts, ports, the shared environment's python, nbgrader and course commands."""
+"""The course hub under test: accounts, ports, the shared folder, and the instructors' commands as the README gives them."""
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -10,8 +11,14 @@ import urllib.request
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-ACCOUNTS = {"students": ["cstudent1", "cstudent2"], "instructors": ["cteacher1"]}
-HUB_START_TIMEOUT_S = 120
+#: Throwaway accounts, named apart from any other test's so runs side by side do not meet.
+ACCOUNTS = {"students": ["hubstudent1", "hubstudent2"], "instructors": ["hubteacher1"]}
+SYSTEM_PYTHON = "/usr/bin/python3"
+#: The students' copy and environment the hub makes; kept between runs (the hub reinstalls only
+#: what changed), so only the first run waits for pip.
+SHARED = Path("/var/tmp/course-students-environment")
+#: Seconds the hub may take to answer: the first start installs the students' environment.
+HUB_START_TIMEOUT_S = 1200
 
 
 def _free_port_block(size: int = 3) -> int:
@@ -34,27 +41,38 @@ def _free(port: int) -> bool:
             return False
 
 
+def readme_class_flow() -> tuple[str, str]:
+    """The README's class commands: (before the students hand in, after), as written there."""
+    readme = (REPO / "README.md").read_text()
+    block = next(b for b in re.findall(r"```bash\n(.*?)```", readme, re.S) if "course class release" in b)
+    before, after = re.split(r"^# \.\.\. students.*$", block, maxsplit=1, flags=re.M)
+    return before, after
+
+
 class Hub:
     """A running hub: its URL, folders and the processes it started."""
 
-    def __init__(self, python: str, workdir: Path, passwords: dict):
-        self.python, self.workdir, self.passwords = python, workdir, passwords
+    def __init__(self, workdir: Path, passwords: dict):
+        self.workdir, self.passwords = workdir, passwords
         self.port = _free_port_block()
         self.url = f"http://127.0.0.1:{self.port}"
         self.exchange = workdir / "exchange"
+        self.class_dir = workdir / "class"
         self.config = workdir / "course_hub.toml"
         self.config.write_text(
             f'course_id = "multigpu"\nip = "127.0.0.1"\nport = {self.port}\nexchange = "{self.exchange}"\n'
+            f'shared = "{SHARED}"\npython = "{SYSTEM_PYTHON}"\nclass_dir = "{self.class_dir}"\n'
             f'students = {ACCOUNTS["students"]!r}\ninstructors = {ACCOUNTS["instructors"]!r}\n'
             '[gpus]\npolicy = "round_robin"\nper_student = 1\n'.replace("'", '"'))
         self.log = workdir / "hub.log"
         self.process = None
 
     def start(self) -> None:
+        """`course hub` from this checkout, as root, as `make hub` runs it."""
         log = open(self.log, "w")
         self.process = subprocess.Popen(
-            [self.python, "-m", "grading.hub", "--config", str(self.config), "--build-dir", str(self.workdir / "build")],
-            cwd=self.workdir, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            [sys.executable, "-m", "grading.hub", "--config", str(self.config), "--build-dir", str(self.workdir / "build")],
+            cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + HUB_START_TIMEOUT_S
         while time.monotonic() < deadline:
             assert self.process.poll() is None, f"the hub exited: {self.log.read_text()[-3000:]}"
@@ -74,22 +92,11 @@ class Hub:
                 os.killpg(self.process.pid, 9)
                 self.process.wait(10)
 
-    def environment(self) -> dict:
-        """The instructor's shell: the course environment's commands first on PATH (nbgrader runs alembic)."""
-        return {**os.environ, "PATH": f"{Path(self.python).parent}{os.pathsep}{os.environ['PATH']}"}
-
-    def nbgrader(self, *args: str, cwd: Path) -> str:
-        """An instructor's nbgrader command against the hub's exchange; its output."""
-        command = [str(Path(self.python).parent / "nbgrader"), *args, f"--Exchange.root={self.exchange}",
-                   "--CourseDirectory.course_id=multigpu"]
-        result = subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=300, env=self.environment())
-        assert result.returncode == 0, f"{' '.join(args)} failed:\n{result.stdout}\n{result.stderr}"
-        return result.stdout + result.stderr
-
-    def course(self, *args: str) -> str:
-        """An instructor's `course` command, run from the course repository with its own
-        environment (where `solutions/` and the reference kernels are); its output."""
-        result = subprocess.run([sys.executable, "-m", "grading", *args], cwd=REPO, capture_output=True, text=True,
-                                timeout=900)
-        assert result.returncode == 0, f"course {' '.join(args)} failed:\n{result.stdout}\n{result.stderr}"
+    def run_as_written(self, commands: str) -> str:
+        """An instructor's shell in the checkout runs ``commands`` (README lines) against this hub's
+        settings; their output."""
+        env = {**os.environ, "COURSE_HUB_CONFIG": str(self.config)}
+        result = subprocess.run(["bash", "-euo", "pipefail", "-c", commands], cwd=REPO, capture_output=True,
+                                text=True, timeout=900, env=env)
+        assert result.returncode == 0, f"{commands} failed:\n{result.stdout}\n{result.stderr}"
         return result.stdout + result.stderr

@@ -1,11 +1,13 @@
 """A class takes a lab through the course hub, end to end, in headless Chromium.
 
-The instructor releases lab 2 to nbgrader's exchange; a student logs in, fetches it, writes
-part 1, runs the notebook (its checks launch ranks), runs `labutils check` in a JupyterLab
-terminal and submits; a second student submits the lab untouched; the instructor collects,
-grades with `course grade` and releases feedback; the first student fetches the feedback and
-reads the score. Each step's duration is printed and written to
-test-artifacts/hub/timings.md.
+The instructor releases lab 2 to nbgrader's exchange with the README's commands, as written; a
+student logs in, fetches it, writes part 1, runs the notebook (its checks launch ranks), runs
+`labutils check` in a JupyterLab terminal and submits; a second student submits the lab
+untouched; the instructor collects, grades and releases feedback (the README's commands again);
+the first student fetches the feedback and reads the score. Each step's duration is printed and
+written to test-artifacts/hub/timings.md. Then a student, logged in through the proxy, tries to
+read each instructors' path (the checkout's grader, solutions and history, the class folder's
+gradebook and grades, other accounts' homes) and to import the grader: all refused.
 """
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from course_hub import ACCOUNTS, REPO
+from course_hub import ACCOUNTS, REPO, readme_class_flow
 
 pytestmark = [pytest.mark.hub, pytest.mark.slow, pytest.mark.timeout(1500)]
 
@@ -60,6 +62,14 @@ class StudentBrowser:
         self.page.fill("#password_input", self.hub.passwords[self.name])
         self.page.click("#login_submit")
         self.page.wait_for_selector(".jp-LauncherCard", timeout=SERVER_TIMEOUT_MS)
+
+    def login_or_resume(self) -> None:
+        """Log in again (a new page has no cookie) and wait for the running server's JupyterLab."""
+        self.page.goto(f"{self.hub.url}/hub/login")
+        self.page.fill("#username_input", self.name)
+        self.page.fill("#password_input", self.hub.passwords[self.name])
+        self.page.click("#login_submit")
+        self.page.wait_for_selector(".lm-MenuBar-itemLabel", timeout=SERVER_TIMEOUT_MS)
 
     def assignments(self) -> None:
         self.page.goto(self.lab_url)
@@ -155,12 +165,12 @@ def pages():
 
 def test_a_class_takes_a_lab_through_the_hub(hub, browser, pages):
     timings = Timings()
-    class_dir, grade_dir = hub.workdir / "class", hub.workdir / "grading"
-    class_dir.mkdir()
+    before, after = readme_class_flow()
     first, second = ACCOUNTS["students"]
-    with timings.step("instructor releases the lab (nbgrader release_assignment)"):
-        hub.nbgrader("release_assignment", LAB, f"--CourseDirectory.root={class_dir}",
-                     f"--CourseDirectory.release_directory={REPO / 'labs'}", cwd=class_dir)
+    for name in ACCOUNTS["students"] + ACCOUNTS["instructors"]:
+        assert _home(name).stat().st_mode & 0o077 == 0, f"{name}'s home is open to others"
+    with timings.step("instructor releases the lab (the README's commands)"):
+        hub.run_as_written(before)
 
     student = StudentBrowser(browser, hub, first)
     pages.append(student)
@@ -192,16 +202,12 @@ def test_a_class_takes_a_lab_through_the_hub(hub, browser, pages):
         other.press("released_assignments_list", "Fetch", f"#fetched_assignments_list .list_item:has-text('{LAB}')")
         other.press("fetched_assignments_list", "Submit", f"#submitted_assignments_list .list_item:has-text('{LAB}')")
 
-    with timings.step("instructor collects (nbgrader collect)"):
-        hub.nbgrader("collect", LAB, f"--CourseDirectory.root={class_dir}", cwd=class_dir)
-    assert sorted(p.name for p in (class_dir / "submitted").iterdir()) == sorted(ACCOUNTS["students"])
-    with timings.step("instructor grades (course grade)"):
-        hub.course("grade", LAB, str(class_dir / "submitted"), "--course-dir", str(grade_dir), "--workers", "2")
-    with open(grade_dir / "grades.csv") as grades:
+    with timings.step("instructor collects, grades, releases feedback (the README's commands)"):
+        hub.run_as_written(after)
+    assert sorted(p.name for p in (hub.class_dir / "submitted").iterdir()) == sorted(ACCOUNTS["students"])
+    with open(hub.class_dir / "graded" / "grades.csv") as grades:
         scores = {row["student_id"]: float(row["score"]) for row in csv.DictReader(grades)}
     assert scores == {first: 3.0, second: 0.0}, scores
-    with timings.step("instructor releases feedback (nbgrader release_feedback)"):
-        hub.nbgrader("release_feedback", LAB, f"--CourseDirectory.root={grade_dir}", cwd=grade_dir)
 
     with timings.step("student 1 fetches and reads the feedback"):
         student.assignments()
@@ -214,6 +220,10 @@ def test_a_class_takes_a_lab_through_the_hub(hub, browser, pages):
     student.screenshot("feedback")
     assert "3" in text and "16" in text, text[:500]
     assert "BEGIN HIDDEN TESTS" not in text and "grading.judge" not in text
+    assert "beside the notebook" not in text, text[:1500]
+    page = feedback.read_text()
+    assert "cdnjs" not in page and "MathJax" in page, "the feedback page loads MathJax from the network"
+    assert ">Test cell<" not in page
 
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     (ARTIFACTS / "timings.md").write_text(timings.table() + "\n")
@@ -228,3 +238,56 @@ def _wait_for_file_glob(folder: Path, name: str, timeout_s: float = 120) -> Path
             return found[-1]
         time.sleep(1)
     raise AssertionError(f"no {name} under {folder}")
+
+
+#: A student's cell: try to read each path and import the grader; one line of JSON results.
+PROBE = """import json, os
+results = {}
+for path in %r:
+    try:
+        os.listdir(path) if os.path.isdir(path) else open(path, "rb").read(1)
+        results[path] = "read"
+    except OSError as error:
+        results[path] = type(error).__name__
+for module in ("grading", "grading.judge"):
+    try:
+        results["import " + module] = __import__(module).__file__
+    except ImportError as error:
+        results["import " + module] = type(error).__name__
+print("PROBED " + json.dumps(results))
+"""
+
+
+def instructors_paths(hub) -> list[str]:
+    """What a student must not read: the grader, the hidden tests, the solutions, the history,
+    the class folder's gradebook and grades, the other accounts' homes."""
+    first, second = ACCOUNTS["students"]
+    paths = [REPO / "grading" / "__init__.py", REPO / "grading" / "judge" / "lab02_collectives.py",
+             REPO / "solutions", REPO / "solutions" / LAB / f"{LAB}.ipynb", REPO / ".git",
+             hub.class_dir, hub.class_dir / "graded" / "gradebook.db", hub.class_dir / "graded" / "grades.csv",
+             _home(second), _home(ACCOUNTS["instructors"][0])]
+    missing = [str(p) for p in paths if not p.exists()]
+    assert not missing, f"the class flow did not leave {missing}"
+    return [str(p) for p in paths]
+
+
+def test_a_student_reads_nothing_of_the_grader(hub, browser, pages):
+    first = ACCOUNTS["students"][0]
+    paths = instructors_paths(hub)
+    notebook = _home(first) / "probe.ipynb"
+    cell = {"cell_type": "code", "execution_count": None, "id": "probe", "metadata": {}, "outputs": [],
+            "source": PROBE % (paths,)}
+    notebook.write_text(json.dumps({"cells": [cell], "metadata": {"kernelspec": {
+        "name": "python3", "display_name": "Python 3", "language": "python"}}, "nbformat": 4, "nbformat_minor": 5}))
+    account = pwd.getpwnam(first)
+    os.chown(notebook, account.pw_uid, account.pw_gid)
+    student = StudentBrowser(browser, hub, first)
+    pages.append(student)
+    student.login_or_resume()
+    student.run_all("probe.ipynb", "PROBED")
+    line = student.page.locator(".jp-OutputArea-output:has-text('PROBED')").first.inner_text()
+    results = json.loads(line.split("PROBED", 1)[1])
+    read = {what: how for what, how in results.items() if how == "read" or how.endswith(".py")}
+    assert not read, f"a student could read {read}"
+    assert results["import grading"] == "ModuleNotFoundError", results
+    assert len(results) == len(paths) + 2

@@ -7,14 +7,15 @@ from __future__ import annotations
 import os
 import secrets
 import shutil
+import stat
 import subprocess
 import tempfile
 import time
 from pathlib import Path
 
 import pytest
-from conftest import CHROMIUM, SYSTEM_PYTHON, VENV_PARENT, _skip_unless_possible, _sources_hash
-from course_hub import REPO, Hub
+from conftest import CHROMIUM
+from course_hub import REPO, SHARED, SYSTEM_PYTHON, Hub
 
 from slurm_cluster import PARTITION, SlurmCluster, missing
 
@@ -41,23 +42,6 @@ STUDENT = "cslurmstudent"
 
 
 @pytest.fixture(scope="module")
-def slurm_hub_python() -> str:
-    """The shared course environment's python (the hub tests' one, by the same sources hash), with
-    batchspawner; built here when missing, never removing another."""
-    _skip_unless_possible()
-    venv = VENV_PARENT / f"multigpu-course-hub-{_sources_hash()}"
-    python = venv / "bin" / "python"
-    if not (venv / ".installed").exists():
-        subprocess.run([SYSTEM_PYTHON, "-m", "venv", str(venv)], check=True)
-        subprocess.run([str(python), "-m", "pip", "install", "-q", "torch==2.13.0"], check=True)
-        subprocess.run([str(python), "-m", "pip", "install", "-q", f"{REPO}[course,hub,slurm]"], check=True,
-                       cwd=tempfile.gettempdir())
-        (venv / ".installed").touch()
-    subprocess.run([str(python), "-m", "pip", "install", "-q", "batchspawner>=1.3,<2"], check=True)
-    return str(python)
-
-
-@pytest.fixture(scope="module")
 def student():
     """{STUDENT: password}: a throwaway Unix account, removed afterwards with what it left running."""
     subprocess.run(["userdel", "-r", STUDENT], capture_output=True)
@@ -70,13 +54,15 @@ def student():
 
 
 @pytest.fixture(scope="module")
-def slurm_hub(slurm_hub_python, student, slurm):
+def slurm_hub(hub_installed, student, slurm):
     """The course hub as `course hub` starts it, with every server a Slurm job."""
     workdir = Path(tempfile.mkdtemp(prefix="course-hub-slurm-", dir="/var/tmp"))
     os.chmod(workdir, 0o755)
-    hub = Hub(slurm_hub_python, workdir, student)
+    checkout_mode = stat.S_IMODE(REPO.stat().st_mode)
+    hub = Hub(workdir, student)
     hub.config.write_text(
         f'course_id = "multigpu"\nip = "127.0.0.1"\nport = {hub.port}\nexchange = "{hub.exchange}"\n'
+        f'shared = "{SHARED}"\npython = "{SYSTEM_PYTHON}"\nclass_dir = "{hub.class_dir}"\n'
         f'students = ["{STUDENT}"]\ninstructors = []\nspawner = "slurm"\n'
         '[gpus]\npolicy = "round_robin"\nper_student = 1\n'
         f'[slurm]\npartition = "{PARTITION}"\ngpu_type = "fake"\ntime = "00:20:00"\n'
@@ -88,6 +74,7 @@ def slurm_hub(slurm_hub_python, student, slurm):
         yield hub
     finally:
         hub.stop()
+        os.chmod(REPO, checkout_mode)
         os.environ.pop("SLURM_CONF") if previous is None else os.environ.update(SLURM_CONF=previous)
         shutil.rmtree(workdir, ignore_errors=True)
 

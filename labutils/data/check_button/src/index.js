@@ -149,6 +149,12 @@ async function checkNotebook(panel) {
   }
 }
 
+/** Whether the notebook is one of the course's labs (`labNN_*.ipynb`, in labs/ or fetched from the
+ * hub's exchange): only a lab has parts to check, so a chapter shows no button. */
+function isLab(panel) {
+  return Boolean(panel) && /(^|\/)lab\d\d_[^/]*\.ipynb$/.test(panel.context.path);
+}
+
 const plugin = {
   id: 'labutils-check:plugin',
   description: 'Check my lab: run labutils check on the open notebook and show each part.',
@@ -162,7 +168,8 @@ const plugin = {
       caption:
         'Save this notebook and run its visible checks as the grader does (labutils check): ' +
         'one line per part',
-      isEnabled: () => !running && tracker.currentWidget !== null,
+      isVisible: () => isLab(tracker.currentWidget),
+      isEnabled: () => !running && isLab(tracker.currentWidget),
       execute: async () => {
         const panel = tracker.currentWidget;
         if (!panel) {
