@@ -39,14 +39,14 @@ pytest_plugins = ["time_by_group"]
 def parallel_group(item) -> str:
     """The parallel worker group of a test: the tests of one file share their module's fixtures;
     every test that reads the chapters' QUICK run shares that one run, and the browser tests share
-    one Chromium with the website's test; the hub's and Slurm's tests share the hub's environment
-    and accounts and start one cluster at a time. Each
+    one Chromium with the website's test; the hub's, Slurm's and the ordinary account's tests run one
+    after another (the hub closes the checkout to other accounts while it runs). Each
     group runs whole on one worker, so its fixtures are built once."""
     folder = Path(str(item.path)).resolve().relative_to(Path(__file__).resolve().parent)
     if "quick_chapter_run" in item.fixturenames or folder.parts[0] == "browser":
         return "chapters"
-    if folder.parts[0] == "hub" or folder.name.startswith("test_slurm"):
-        return "hub"  # the hub's accounts and environment; one Slurm cluster at a time
+    if folder.parts[0] == "hub" or folder.name.startswith("test_slurm") or folder.name == "test_sandbox_user.py":
+        return "hub"  # the hub closes the checkout to other accounts while it runs; one Slurm cluster at a time
     return folder.as_posix()
 
 
