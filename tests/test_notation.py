@@ -18,8 +18,7 @@ A lab's students read its diagrams as closely as its prose: in the labs (``solut
 hold no formula (:func:`diagram_formulas`): the formula goes in LaTeX beside it.
 
 The detectors are tested on positive and negative examples first, so the notebook tests
-cannot pass because the detector finds nothing at all. A notebook listed in :data:`PENDING`
-must still fail (strict xfail) until it is converted.
+cannot pass because the detector finds nothing at all.
 """
 from __future__ import annotations
 
@@ -333,23 +332,8 @@ def test_every_notebook_is_read():
     assert len(NOTEBOOKS) == 11 + 2 * len(list((ROOT / "solutions").glob("*/*.ipynb")))
 
 
-#: Notebooks that still hold the plain formulas named here. Each one must still fail (strict
-#: xfail): once it is converted, its entry goes.
-PENDING = {
-    "solutions/lab04_zero/lab04_zero.ipynb": "a diagram's N = 11, d = 4",
-    "labs/lab04_zero/lab04_zero.ipynb": "a diagram's N = 11, d = 4",
-}
-
-
 def _notebook_param(path: Path):
-    name = str(path.relative_to(ROOT))
-    marks = [pytest.mark.xfail(reason=f"not yet in the course notation: {PENDING[name]}", strict=True)] \
-        if name in PENDING else []
-    return pytest.param(path, id=name, marks=marks)
-
-
-def test_pending_notebooks_exist():
-    assert set(PENDING) <= {str(path.relative_to(ROOT)) for path in NOTEBOOKS}
+    return pytest.param(path, id=str(path.relative_to(ROOT)))
 
 
 @pytest.mark.parametrize("path", [_notebook_param(path) for path in NOTEBOOKS])
