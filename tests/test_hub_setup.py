@@ -148,7 +148,7 @@ def test_make_hub_installs_jupyterhub_once(tmp_path):
     assert "pip install" not in result.stdout and "course hub" in result.stdout, result.stdout
     (venv / ".hub-installed").unlink()
     again = subprocess.run(["make", "-n", "hub", f"VENV={venv}"], cwd=REPO, capture_output=True, text=True)
-    assert ".[hub]" in again.stdout, again.stdout
+    assert ".[hub,slurm]" in again.stdout, again.stdout
 
 
 def test_homes_and_the_class_folder_are_closed_to_other_users(tmp_path, monkeypatch):
