@@ -125,3 +125,13 @@ def test_isolated_ranks_of_a_real_launch_still_all_reduce_over_gloo_and_nothing_
                           env=dict(env, PYTHONPATH=REPO))
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip().splitlines()[-1] == str([([3.0, 3.0, 3.0], "refused", "refused")] * 2)
+
+
+def test_a_course_cloned_under_a_hidden_folder_stays_readable_to_the_ranks(tmp_path):
+    hidden, kept = tmp_path / "tmp", tmp_path / "tmp" / "course" / ".venv"
+    for folder in (kept, hidden / "course" / "grading", hidden / "scratch"):
+        folder.mkdir(parents=True)
+    roots = landlock.readable_roots([str(hidden)], str(tmp_path), [str(kept)])
+    assert str(kept) in roots
+    assert not any(root.startswith(str(hidden / "scratch")) or root.startswith(str(hidden / "course" / "grading"))
+                   for root in roots), roots

@@ -51,15 +51,22 @@ def _inside(path: str, folder: str) -> bool:
     return path == folder or path.startswith(folder.rstrip("/") + "/")
 
 
-def readable_roots(hidden: list, top: str = "/") -> list:
-    """Paths whose trees together hold everything under ``top`` but ``hidden`` (and what is beneath)."""
+def readable_roots(hidden: list, top: str = "/", kept: list = ()) -> list:
+    """Paths whose trees together hold everything under ``top`` but ``hidden`` (and what is beneath),
+    except the ``kept`` folders, which stay readable even inside a hidden one (the interpreter's
+    environment and labutils, when the course lives under /tmp)."""
     roots = []
     for entry in os.scandir(top):
         path = entry.path
-        if any(_inside(path, h) for h in hidden):
+        if any(_inside(path, k) for k in kept):
+            roots.append(path)
             continue
-        if entry.is_dir(follow_symlinks=False) and any(_inside(h, path) for h in hidden):
-            roots += readable_roots(hidden, path)
+        folder = entry.is_dir(follow_symlinks=False)
+        holds_kept = folder and any(_inside(k, path) for k in kept)
+        if any(_inside(path, h) for h in hidden) and not holds_kept:
+            continue
+        if holds_kept or (folder and any(_inside(h, path) for h in hidden)):
+            roots += readable_roots(hidden, path, kept)
         else:
             roots.append(path)
     return roots
@@ -83,9 +90,10 @@ def _add(ruleset: int, path: str, rights: int) -> None:
         os.close(fd)
 
 
-def restrict(hidden: tuple, private: str, scoped: bool = True) -> bool:
+def restrict(hidden: tuple, private: str, scoped: bool = True, kept: tuple = ()) -> bool:
     """Restrict the calling thread as the module says (without ``scoped``, abstract sockets and
-    signals are left alone); False (nothing done) without Landlock."""
+    signals are left alone; ``kept`` folders stay readable inside hidden ones); False (nothing done)
+    without Landlock."""
     abi = abi_version()
     if abi < 1:
         return False
@@ -97,7 +105,7 @@ def restrict(hidden: tuple, private: str, scoped: bool = True) -> bool:
         raise OSError(ctypes.get_errno(), "landlock_create_ruleset failed")
     try:
         hidden = [os.path.realpath(h) for h in hidden]
-        for root in readable_roots(hidden):
+        for root in readable_roots(hidden, "/", [os.path.realpath(k) for k in kept]):
             _add(ruleset, root, handled if _inside(root, "/dev") else READ)
         _add(ruleset, private, handled)
         if _libc().prctl(38, 1, 0, 0, 0) < 0 or _libc().syscall(_RESTRICT_SELF, ruleset, 0) < 0:

@@ -154,7 +154,7 @@ def isolate(nccl: bool = False) -> str:
     scratch = tempfile.gettempdir()
     private = tempfile.mkdtemp(prefix=f"rank{os.getpid()}-", dir=scratch)
     hidden = (scratch, "/tmp") if nccl else (scratch, "/tmp", "/dev/shm")
-    fenced = landlock_restrict(hidden, private, scoped=not nccl)
+    fenced = landlock_restrict(hidden, private, scoped=not nccl, kept=_code_folders(scratch))
     install_filter(filter_program(machine, os.getpid(), landlock=fenced, nccl=nccl), machine)
     os.environ["TMPDIR"] = tempfile.tempdir = private
     _isolated = private
@@ -162,3 +162,17 @@ def isolate(nccl: bool = False) -> str:
 
 
 _isolated: str | None = None
+
+
+def _code_folders(scratch: str) -> tuple:
+    """What the rank must still read where a hidden folder holds it (a course cloned under /tmp):
+    the interpreter's environment, labutils' package and the folders on ``sys.path``, but nothing in
+    the ranks' ``scratch`` folder."""
+    import sys
+
+    import labutils
+
+    scratch = os.path.realpath(scratch).rstrip("/") + "/"
+    folders = [sys.prefix, os.path.dirname(os.path.abspath(labutils.__file__))] + [p for p in sys.path if p]
+    return tuple(folder for folder in folders
+                 if os.path.isdir(folder) and not (os.path.realpath(folder) + "/").startswith(scratch))
