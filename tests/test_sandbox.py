@@ -3,9 +3,12 @@ shows, what it hides, and that nothing it started outlives it."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 import nbformat
 import pytest
@@ -46,6 +49,7 @@ def test_the_grader_and_the_course_folder_are_out_of_sight(tmp_path):
     spec = _spec(tmp_path)
     done = _run_inside(spec, f"""
 import os
+import shutil
 print(sorted(os.listdir({REPO + '/grading'!r})))
 print(os.path.exists({REPO + '/solutions'!r}), os.path.exists({str(tmp_path / 'course' / 'gradebook.db')!r}))
 from grading.judge import judge
@@ -133,9 +137,19 @@ except OSError as exc:
     assert lines[0] == "connected" and lines[1].startswith("kept "), done.stdout + done.stderr
 
 
-def test_a_kernel_runs_over_ipc_inside_and_a_timed_out_cell_is_interrupted(tmp_path, monkeypatch):
+@pytest.fixture
+def short_tmp_path():
+    """A folder with a short path: a kernel's IPC socket path must fit in 107 bytes, which pytest's
+    own folders under parallel workers can exceed."""
+    folder = tempfile.mkdtemp(prefix="sbx-", dir="/tmp")
+    yield Path(folder)
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_a_kernel_runs_over_ipc_inside_and_a_timed_out_cell_is_interrupted(short_tmp_path, monkeypatch):
     from nbclient import NotebookClient
 
+    tmp_path = short_tmp_path
     spec = _spec(tmp_path)
     monkeypatch.setenv(SANDBOX_ENV, spec.to_env())
     nb = nbformat.v4.new_notebook()

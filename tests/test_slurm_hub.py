@@ -19,7 +19,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from grading.hub import start
+from grading.hub import shared, start
 from grading.hub.slurm_spawner import gres_request
 from slurm_cluster import NODE, PARTITION, SlurmCluster, missing
 
@@ -32,7 +32,7 @@ def _config(tmp_path, monkeypatch, extra: str, students=("root",)):
 
     settings = tmp_path / "course_hub.toml"
     settings.write_text(f"students = {list(students)!r}\ninstructors = [\"ivy\"]\nexchange = \"{tmp_path / 'x'}\"\n"
-                        + extra)
+                        f"shared = \"{tmp_path / 'shared'}\"\n" + extra)
     for name, value in {"COURSE_HUB_CONFIG": settings, "COURSE_HUB_STATE": tmp_path, "COURSE_HUB_PYTHON": sys.executable,
                         "COURSE_HUB_PROXY": "configurable-http-proxy"}.items():
         monkeypatch.setenv(name, str(value))
@@ -52,7 +52,8 @@ def test_spawner_slurm_selects_batchspawner_with_the_policy_as_gres(tmp_path, mo
     config = _config(tmp_path, monkeypatch, SLURM_HUB)
     assert config.JupyterHub.spawner_class == "batchspawner.SlurmSpawner"
     assert config.SlurmSpawner.req_partition == PARTITION and config.SlurmSpawner.req_gres == "gpu:fake:1"
-    assert config.SlurmSpawner.batchspawner_singleuser_cmd == str(Path(sys.executable).parent / "batchspawner-singleuser")
+    servers_python = shared.python(tmp_path / "shared")  # the students' environment, never the checkout's
+    assert config.SlurmSpawner.batchspawner_singleuser_cmd == str(servers_python.parent / "batchspawner-singleuser")
     with pytest.raises(ValueError, match="needs \\[slurm\\] partition"):
         _config(tmp_path, monkeypatch, 'spawner = "slurm"\n')
     with pytest.raises(ValueError, match="spawner must be one of local, slurm"):
@@ -128,5 +129,5 @@ def test_a_students_server_job_gets_its_gpu_and_the_hubs_environment(slurm, tmp_
     assert env["CUDA_VISIBLE_DEVICES"] == "0" and env["SLURM_GPUS_ON_NODE"] == "1"
     assert env["SLURM_JOB_PARTITION"] == PARTITION
     assert env["COURSE_EXCHANGE"] == str(tmp_path / "x") and env["COURSE_GPU_POLICY"] == "blocks"
-    assert env["JUPYTER_CONFIG_PATH"].split(os.pathsep)[0] == str(Path(start.__file__).parent / "student_config")
+    assert env["JUPYTER_CONFIG_PATH"].split(os.pathsep)[0] == str(tmp_path / "shared" / "config" / "student_config")
     assert env["JUPYTERHUB_API_TOKEN"] == "token" and env["JUPYTERHUB_USER"] == "root"
