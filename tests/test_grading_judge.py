@@ -213,7 +213,7 @@ def test_a_submission_that_looks_up_the_grader_at_run_time_finds_nothing_of_it(t
 _PICKLE_BOMBS = {
     "result": '''
 import gc
-harness = next(f for f in gc.get_objects() if getattr(f, "__name__", "") == "run_submission" and hasattr(f, "__globals__"))
+harness = next(f for f in gc.get_objects() if type(f).__name__ == "function" and f.__name__ == "run_submission")
 harness.__globals__["_as_bytes"] = lambda payload: _Bomb()
 ''',
     "exception": '''
@@ -225,7 +225,7 @@ class _Raised(Exception):
 def explode(payload):
     raise _Raised("boom")
 
-harness = next(f for f in gc.get_objects() if getattr(f, "__name__", "") == "run_submission" and hasattr(f, "__globals__"))
+harness = next(f for f in gc.get_objects() if type(f).__name__ == "function" and f.__name__ == "run_submission")
 harness.__globals__["_as_bytes"] = explode
 ''',
     "wire frame": '''
