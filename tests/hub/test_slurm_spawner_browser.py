@@ -127,5 +127,5 @@ def test_a_students_server_is_a_slurm_job_with_its_gpu_and_opens_in_the_browser(
     while not (env := _server_environment(student)) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert env.get("CUDA_VISIBLE_DEVICES") == "0" and env.get("SLURM_JOB_ID") == jobs[0][0], env
-    assert env["JUPYTER_CONFIG_PATH"].split(os.pathsep)[0].endswith("grading/hub/student_config")
+    assert env["JUPYTER_CONFIG_PATH"].split(os.pathsep)[0] == str(SHARED / "config" / "student_config")
     assert env["COURSE_EXCHANGE"] == str(slurm_hub.exchange)
