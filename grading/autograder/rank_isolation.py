@@ -166,13 +166,13 @@ _isolated: str | None = None
 
 def _code_folders(scratch: str) -> tuple:
     """What the rank must still read where a hidden folder holds it (a course cloned under /tmp):
-    the interpreter's environment, labutils' package and the folders on ``sys.path``, but nothing in
-    the ranks' ``scratch`` folder."""
+    the interpreter's environment, labutils' package and the other folders on ``sys.path`` that
+    are not in the ranks' ``scratch`` folder."""
     import sys
 
     import labutils
 
     scratch = os.path.realpath(scratch).rstrip("/") + "/"
-    folders = [sys.prefix, os.path.dirname(os.path.abspath(labutils.__file__))] + [p for p in sys.path if p]
-    return tuple(folder for folder in folders
-                 if os.path.isdir(folder) and not (os.path.realpath(folder) + "/").startswith(scratch))
+    on_path = [p for p in sys.path if p and not (os.path.realpath(p) + "/").startswith(scratch)]
+    folders = [sys.prefix, os.path.dirname(os.path.abspath(labutils.__file__))] + on_path
+    return tuple(folder for folder in folders if os.path.isdir(folder))
