@@ -16,10 +16,8 @@ hooks reduce them). After step 2 the state dict is consolidated on group rank 0,
 rank and loaded into a fresh optimizer; it must hold the whole model's state. After the steps
 every rank's parameters must equal the same torch optimizer run here, in float64, on the
 unsharded parameters with the mean gradient. The memory the optimizer holds is measured before
-the checkpoint and after the last step, with the gradients cleared (``held_memory.held_since``:
-every tensor the process holds that it did not hold before the optimizer was made, wherever it is
-kept, a module's globals included; the parameters, their gradients and the test's inputs left
-out) and must be the optimizer's state for
+the checkpoint and after the last step (``held_memory``: every tensor reachable from it, whatever
+its name, the parameters and their gradients left out) and must be the optimizer's state for
 this rank's shard (AdamW: 2 x shard x 4 bytes per group), at most 2 slots (ceil(N / d)) + 64
 bytes. The collectives of backward and step are counted against ``grading/reference/zero.py``
 (stage 1 none in backward: a step that reduces again shows), and a step must not warn about a
@@ -50,7 +48,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from grading.judge.engine import Case, TestSpec
-from grading.judge.held_memory import held_since, held_storages, mark, storages_of
+from grading.judge.held_memory import held_storages, storages_of
 from grading.judge.rankside import SubmissionProblem
 from grading.reference import fsdp, zero
 from grading.reference.zero import adamw_update_
@@ -269,12 +267,10 @@ def _zero_expected(case, data):
             for rank in range(size)]
 
 
-def _state_bytes(baseline: int, params: list, inputs: list, case, run):
-    """The bytes the process holds since ``baseline`` (``mark()`` before the optimizer was made),
-    the parameters, their gradients and the test's ``inputs`` left out: a tensor equal to the exact
-    bytes of the optimizer's state for this rank's shard when within 2 slots + SMALL_BYTES of them,
-    or a string saying how much more (or less) it holds."""
-    held = held_since(baseline, storages_of(params + [p.grad for p in params] + inputs))
+def _state_bytes(optimizer, params: list, case, run):
+    """The optimizer's measured bytes (a tensor equal to the exact bytes when within 2 slots +
+    SMALL_BYTES of them), or a string saying how much more (or less) it holds."""
+    held = held_storages([optimizer], storages_of(params + [p.grad for p in params]))
     measured = sum(held.values())
     numels = _trainable_numels(case, [p.shape for p in params])
     per_element = 4 * _OPTIMIZERS[case.params["optimizer"]][2]
@@ -283,11 +279,10 @@ def _state_bytes(baseline: int, params: list, inputs: list, case, run):
     if exact <= measured <= most:
         return torch.tensor([float(exact)], dtype=torch.float64)
     if measured < exact:
-        return (f"the rank holds {measured} bytes of tensors besides the parameters and their gradients, "
-                f"less than the optimizer's state for this rank's shard ({exact} bytes): where is its state?")
-    return (f"the rank holds {measured} bytes of tensors besides the parameters and their gradients "
-            f"({len(held)} buffers, wherever they are kept), expected the optimizer's state for this rank's "
-            f"shard: {exact} bytes "
+        return (f"the optimizer holds {measured} bytes of tensors besides the parameters and their gradients, "
+                f"less than its state for this rank's shard ({exact} bytes): where is the optimizer's state?")
+    return (f"the optimizer holds {measured} bytes of tensors besides the parameters and their gradients "
+            f"({len(held)} buffers, whatever their names), expected its state for this rank's shard: {exact} bytes "
             f"(at most {most}): it keeps state for more than its shard")
 
 
@@ -325,24 +320,21 @@ def _zero_run(objects, case, run, stage: int):
     optimizer_class, defaults, _ = _OPTIMIZERS[case.params["optimizer"]]
     make = lambda: zero_class(_param_groups(params, case), optimizer_class, process_group=run.group,  # noqa: E731
                               **defaults)
-    grads = {i: run.tensor(f"g{i}") for i in range(count) if i != frozen}
-    baseline = mark()  # count what the process holds from before the optimizer exists
     optimizer = make()
+    grads = {i: run.tensor(f"g{i}") for i in range(count) if i != frozen}
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         for step in range(STEPS):
-            optimizer.zero_grad()  # before measuring: stage 2's gradient shard is not state
             if step == STEPS - 1:
-                held_before = _state_bytes(baseline, params, list(grads.values()), case, run)
+                held_before = _state_bytes(optimizer, params, case, run)
                 optimizer, consolidated = _checkpoint(optimizer, make, run)
+            optimizer.zero_grad()
             _zero_step_gradients(case, params, grads, step, run)
             with run.phase(f"step {step + 1}: step"):
                 optimizer.step()
     deprecated = [w for w in caught if issubclass(w.category, FutureWarning) and "deprecated" in str(w.message)]
-    optimizer.zero_grad()
-    kept = [consolidated] + ([held_before] if isinstance(held_before, torch.Tensor) else [])
-    held_after = _state_bytes(baseline, params, list(grads.values()) + kept, case, run)
     result = run.result(torch.cat([p.detach().reshape(-1) for p in params]), None)
+    held_after = _state_bytes(optimizer, params, case, run)
     result["values"] = {_STATE: held_before if isinstance(held_before, str) else held_after,
                         _CONSOLIDATED: consolidated,
                         _DEPRECATED: torch.tensor([float(len(deprecated))], dtype=torch.float64)}

@@ -24,6 +24,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -56,20 +57,31 @@ def hub_installed() -> None:
         subprocess.run([sys.executable, "-m", "pip", "install", "-q", "-e", f"{REPO}[hub]"], check=True)
 
 
+def _remove_account(name: str, timeout_s: float = 60.0) -> None:
+    """Kill ``name``'s processes and delete the account with its home, until it is gone (userdel
+    refuses while a process of the account is still exiting; a parallel test worker can tear the
+    session's accounts down and make them again)."""
+    deadline = time.monotonic() + timeout_s
+    while subprocess.run(["id", name], capture_output=True).returncode == 0:
+        assert time.monotonic() < deadline, f"the account {name} could not be removed"
+        subprocess.run(["pkill", "-KILL", "-u", name], capture_output=True)
+        subprocess.run(["userdel", "-r", name], capture_output=True)
+        time.sleep(0.2)
+
+
 @pytest.fixture(scope="session")
 def accounts():
     """{name: password} for the throwaway students and instructor; removed afterwards."""
     _skip_unless_possible()
     passwords = {}
     for name in ACCOUNTS["students"] + ACCOUNTS["instructors"]:
-        subprocess.run(["userdel", "-r", name], capture_output=True)
+        _remove_account(name)
         subprocess.run(["useradd", "-m", "-s", "/bin/bash", name], check=True)
         passwords[name] = secrets.token_urlsafe(12)
         subprocess.run(["chpasswd"], input=f"{name}:{passwords[name]}", text=True, check=True)
     yield passwords
     for name in passwords:
-        subprocess.run(["pkill", "-KILL", "-u", name], capture_output=True)
-        subprocess.run(["userdel", "-r", name], capture_output=True)
+        _remove_account(name)
 
 
 @pytest.fixture(scope="module")
