@@ -22,10 +22,16 @@ Targets: first launch <= floor + 0.5 s at every rank count, never slower than sp
 ranks and >= 1.5x ahead of it at 4 and 8; at 4 ranks later launch <= 0.2 s, warm call
 p50 <= 3 ms and p99 <= 20 ms.
 
-Measured 2026-11-27 with ``python bench/launch.py --repeats 3 --calls 100`` on 2 cores shared
-with other jobs (load average 25-39: every figure is several times a quiet machine's and only
-the side-by-side medians mean anything; ``make bench`` on a quiet machine gives the figures to
-quote). Medians of 3, interleaved:
+Measured 2026-11-27 with ``python bench/launch.py --repeats 3 --calls 100`` on 2 cores (load
+average 4.4), medians of 3, interleaved:
+
+    ranks  floor    labutils first launch     spawn     spawn/labutils
+    2      1.23 s   1.29 s (floor + 0.06 s)   1.96 s    1.5x
+    4      1.11 s   1.30 s (floor + 0.20 s)   3.76 s    2.9x
+    8      1.23 s   1.32 s (floor + 0.09 s)   7.30 s    5.5x
+
+Earlier the same day under heavy load (load average 25-39: only the side-by-side ratios mean
+anything there):
 
     ranks  floor    labutils first launch     spawn     spawn/labutils
     2      9.86 s   9.67 s (floor - 0.19 s)   26.34 s   2.7x
