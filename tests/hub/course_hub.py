@@ -100,3 +100,15 @@ class Hub:
                                 text=True, timeout=900, env=env)
         assert result.returncode == 0, f"{commands} failed:\n{result.stdout}\n{result.stderr}"
         return result.stdout + result.stderr
+
+
+def log_in(page, hub_url: str, name: str, password: str) -> None:
+    """Submit the hub's login form as ``name``. The form is filled once the page's scripts have run
+    (JupyterHub's login page sets its fields up as it loads, which could clear a field filled too
+    early: a login with an empty password) and sent only when both fields hold what was typed."""
+    page.goto(f"{hub_url}/hub/login", wait_until="networkidle")
+    for selector, value in (("#username_input", name), ("#password_input", password)):
+        page.fill(selector, value)
+    for selector, value in (("#username_input", name), ("#password_input", password)):
+        assert page.input_value(selector) == value, f"the login form's {selector} did not keep what was typed"
+    page.click("#login_submit")

@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from course_hub import ACCOUNTS, REPO, readme_class_flow
+from course_hub import ACCOUNTS, REPO, log_in, readme_class_flow
 
 pytestmark = [pytest.mark.hub, pytest.mark.slow, pytest.mark.timeout(1500)]
 
@@ -57,18 +57,12 @@ class StudentBrowser:
         self.lab_url = f"{hub.url}/user/{name}/lab"
 
     def login(self) -> None:
-        self.page.goto(f"{self.hub.url}/hub/login")
-        self.page.fill("#username_input", self.name)
-        self.page.fill("#password_input", self.hub.passwords[self.name])
-        self.page.click("#login_submit")
+        log_in(self.page, self.hub.url, self.name, self.hub.passwords[self.name])
         self.page.wait_for_selector(".jp-LauncherCard", timeout=SERVER_TIMEOUT_MS)
 
     def login_or_resume(self) -> None:
         """Log in again (a new page has no cookie) and wait for the running server's JupyterLab."""
-        self.page.goto(f"{self.hub.url}/hub/login")
-        self.page.fill("#username_input", self.name)
-        self.page.fill("#password_input", self.hub.passwords[self.name])
-        self.page.click("#login_submit")
+        log_in(self.page, self.hub.url, self.name, self.hub.passwords[self.name])
         self.page.wait_for_selector(".lm-MenuBar-itemLabel", timeout=SERVER_TIMEOUT_MS)
 
     def assignments(self) -> None:

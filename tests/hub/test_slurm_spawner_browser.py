@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from conftest import CHROMIUM
-from course_hub import REPO, SHARED, SYSTEM_PYTHON, Hub
+from course_hub import REPO, SHARED, SYSTEM_PYTHON, Hub, log_in
 
 from slurm_cluster import PARTITION, SlurmCluster, missing
 
@@ -111,10 +111,7 @@ def test_a_students_server_is_a_slurm_job_with_its_gpu_and_opens_in_the_browser(
             "--disable-component-update", "--disable-sync", "--no-first-run"])
         try:
             page = chromium.new_page()
-            page.goto(f"{slurm_hub.url}/hub/login")
-            page.fill("#username_input", student)
-            page.fill("#password_input", slurm_hub.passwords[student])
-            page.click("#login_submit")
+            log_in(page, slurm_hub.url, student, slurm_hub.passwords[student])
             page.wait_for_selector(".jp-LauncherCard", timeout=SERVER_TIMEOUT_MS)
             assert page.url.startswith(f"{slurm_hub.url}/user/{student}/lab")
         finally:
