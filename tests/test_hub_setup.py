@@ -254,3 +254,21 @@ def test_fetch_feedback_before_a_release_says_so(tmp_path, monkeypatch):
                                                          authenticator=Authenticator(config=config), config=config)
     with pytest.raises(ExchangeError, match="No feedback for lab02_collectives yet"):
         fetch.start()
+
+
+def test_a_students_environment_that_reaches_the_checkout_is_refused(tmp_path):
+    from grading.hub import shared
+
+    site = tmp_path / "venv" / "lib" / "python3.11" / "site-packages"
+    (site / "labutils-0.1.0.dist-info").mkdir(parents=True)
+    (site / "labutils-0.1.0.dist-info" / "direct_url.json").write_text('{"dir_info": {}, "url": "file:///srv/course"}')
+    (site / "inside.pth").write_text(f"{site / 'extra'}\n# a comment\nimport site\n")
+    assert shared.outside_code(tmp_path / "venv") == []
+    (site / "labutils-0.1.0.dist-info" / "direct_url.json").write_text(
+        '{"dir_info": {"editable": true}, "url": "file:///work/course"}')
+    (site / "__editable___labutils_0_1_0_finder.py").write_text("MAPPING = {'grading': '/work/course/grading'}\n")
+    (site / "course.pth").write_text("/work/course\n")
+    found = shared.outside_code(tmp_path / "venv")
+    assert len(found) == 3 and "installed editable" in found[0] and "/work/course" in found[2], found
+    with pytest.raises(ValueError, match="reaches code outside it"):
+        shared._refuse_outside_code(tmp_path / "venv")

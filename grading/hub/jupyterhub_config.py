@@ -36,6 +36,8 @@ c.JupyterHub.authenticator_class = "pam"
 c.Authenticator.allowed_users = set(roster) | set(settings.get("instructors", []))
 c.Authenticator.admin_users = set(settings.get("instructors", []))
 c.Spawner.cmd = [str(shared.python(shared_dir)), "-m", "jupyterhub.singleuser"]
+# Nothing of the hub's own environment (PYTHONPATH, VIRTUAL_ENV, conda's: the checkout's course) reaches a server.
+c.Spawner.env_keep = ["LANG", "LC_ALL"]
 c.Spawner.default_url = "/lab"
 c.Spawner.http_timeout = 120
 c.Spawner.start_timeout = 120

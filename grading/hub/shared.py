@@ -16,6 +16,7 @@ from the course's own environment, as root.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -71,6 +72,7 @@ def prepare(shared: Path, system_python: str) -> list[str]:
     stamp = shared / "venv" / ".installed"
     digest = package_digest(copy)
     if stamp.exists() and stamp.read_text().strip() == digest:
+        _refuse_outside_code(shared / "venv")
         return done
     if not python(shared).exists():
         subprocess.run([system_python, "-m", "venv", str(shared / "venv")], check=True)
@@ -78,5 +80,32 @@ def prepare(shared: Path, system_python: str) -> list[str]:
     subprocess.run(pip + [torch_pin(copy)], check=True)
     subprocess.run(pip + [f"{copy}[course,hub,slurm]"], check=True, cwd=shared)  # slurm: batchspawner, for spawner = "slurm"
     subprocess.run(pip + ["--force-reinstall", "--no-deps", str(copy)], check=True, cwd=shared)
+    _refuse_outside_code(shared / "venv")
     stamp.write_text(digest + "\n")
     return done + [f"the students' environment in {shared / 'venv'} (labutils from the copy, not editable)"]
+
+
+def outside_code(venv: Path) -> list[str]:
+    """What in the servers' environment ``venv`` would import code from outside it: editable
+    installs (pip's ``direct_url.json`` says so; setuptools' ``__editable__`` finders) and ``.pth``
+    lines naming a folder outside the environment (a course checkout's ``grading/`` and
+    ``solutions/`` must never be one import away from a student's server)."""
+    venv = Path(venv).resolve()
+    found = []
+    for site in venv.glob("lib/python*/site-packages"):
+        for record in site.glob("*.dist-info/direct_url.json"):
+            if json.loads(record.read_text()).get("dir_info", {}).get("editable"):
+                found.append(f"{record.parent.name} is installed editable")
+        found += [f"{finder.name} maps imports outside the environment" for finder in site.glob("__editable__*")]
+        for pth in site.glob("*.pth"):
+            for line in pth.read_text().splitlines():
+                line = line.strip()
+                if line and not line.startswith(("#", "import ")) and not Path(line).resolve().is_relative_to(venv):
+                    found.append(f"{pth.name} adds {line} to the module path")
+    return found
+
+
+def _refuse_outside_code(venv: Path) -> None:
+    found = outside_code(venv)
+    if found:
+        raise ValueError(f"the students' environment {venv} reaches code outside it: " + "; ".join(found))
