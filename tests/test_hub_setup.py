@@ -272,3 +272,18 @@ def test_a_students_environment_that_reaches_the_checkout_is_refused(tmp_path):
     assert len(found) == 3 and "installed editable" in found[0] and "/work/course" in found[2], found
     with pytest.raises(ValueError, match="reaches code outside it"):
         shared._refuse_outside_code(tmp_path / "venv")
+
+
+def test_the_hubs_own_environment_outside_the_checkout_is_closed_too(tmp_path, monkeypatch):
+    from grading.hub import start
+
+    checkout, venv = tmp_path / "checkout", tmp_path / "opt-multigpu"
+    for folder in (checkout, venv):
+        folder.mkdir(mode=0o755)
+        os.chmod(folder, 0o755)
+    monkeypatch.setattr(start.sys, "prefix", str(venv))
+    monkeypatch.setattr(start.sys, "base_prefix", "/usr")
+    settings = {"class_dir": str(tmp_path / "class"), "students": [], "instructors": []}
+    changed = start.secure(settings, checkout)
+    assert any("the hub's environment" in line for line in changed), changed
+    assert venv.stat().st_mode & 0o007 == 0 and checkout.stat().st_mode & 0o007 == 0

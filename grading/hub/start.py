@@ -61,7 +61,8 @@ def prepare_exchange(folder: Path) -> None:
 
 
 def secure(settings: dict, course_root: Path = Path(COURSE_ROOT)) -> list[str]:
-    """Close homes, the checkout and the class folder to other users; the lines of what changed.
+    """Close homes, the checkout, the hub's own environment (when it lives outside the checkout:
+    ``make hub VENV=...``) and the class folder to other users; the lines of what changed.
     Raises HubNotReady when a student could still read the checkout through its group."""
     class_dir = Path(settings["class_dir"])
     class_dir.mkdir(parents=True, exist_ok=True)
@@ -69,6 +70,9 @@ def secure(settings: dict, course_root: Path = Path(COURSE_ROOT)) -> list[str]:
     os.chown(class_dir, owner.st_uid, owner.st_gid)  # the checkout's instructors run `course class`
     changed = permissions.close_homes(checks.accounts(settings))
     changed += permissions.close_folder(course_root, "the course checkout")
+    environment = Path(sys.prefix).resolve()  # the hub's own venv, with the course installed editable
+    if sys.prefix != sys.base_prefix and not environment.is_relative_to(course_root.resolve()):
+        changed += permissions.close_folder(environment, "the hub's environment")
     changed += permissions.close_to_others(class_dir, "the class folder")
     group = permissions.students_in_group(course_root, settings["students"])
     group += permissions.students_in_group(class_dir, settings["students"])
