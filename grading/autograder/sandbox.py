@@ -237,9 +237,9 @@ def sandbox_command(bwrap: str, spec: SandboxSpec, argv: list, env: dict) -> lis
     return join_command(spec.cgroup_procs, args + _address_space_cap(spec.memory_limit_bytes) + list(argv))
 
 
-#: What of ``grading/`` the judge's ranks get (a copy staged per template, deleted once imported).
-RANK_GRADING_FILES = ("__init__.py", "paths.py", "judge", "reference", "autograder/__init__.py",
-                      "autograder/rank_guard.py", "autograder/rank_isolation.py", "autograder/landlock.py")
+#: What of ``grading/`` the judge's rank template gets: ``rank_guard`` alone, which deletes it and execs
+#: the plain template (the ranks' harness, rank code and isolation arrive by value: ``judge/shipping``).
+RANK_GRADING_FILES = ("__init__.py", "autograder/__init__.py", "autograder/rank_guard.py")
 #: Stands for the staged copy's folder in the wrapper's words until ``STAGE_CODE`` makes it.
 STAGED_PLACEHOLDER = "{staged grading}"
 #: Stands for the NVIDIA device files' binds in the wrapper's words until ``STAGE_CODE`` finds them.
