@@ -1,9 +1,5 @@
-"""The bytes of tensor memory an object, or the whole process, holds: measured by walking what is
-alive, not by the names it is kept under.
-
-``held_since(mark(), exclude)`` counts every tensor storage the process made since ``mark()`` and
-still holds (``gc``: in any module's globals, closure, container or object, whoever holds it), and
-what those tensors reach (see below).
+"""The bytes of tensor memory an object holds: measured by walking what is alive, not by the names
+it is kept under.
 
 ``held_storages(roots, exclude)`` follows every reference from ``roots`` (attributes, containers,
 closures, default arguments, the globals of functions sent by value, bound methods, class
@@ -117,27 +113,6 @@ def held_storages(roots: list, exclude: set) -> dict:
         stack.extend(_references(obj))
     return held
 
-
-def mark() -> int:
-    """Start counting what the process holds from now on: collect garbage, then move every object
-    alive into the collector's permanent generation (``gc.freeze``), which ``gc.get_objects()`` does
-    not list; returns the frozen count, for ``held_since``. Objects made later are listed, whatever
-    holds them (tensors are tracked by the garbage collector)."""
-    gc.collect()
-    gc.freeze()
-    return gc.get_freeze_count()
-
-
-def held_since(frozen: int, exclude: set) -> dict:
-    """{storage data pointer: bytes} of every tensor the process made since ``frozen = mark()`` and
-    still holds, wherever it is kept (a module's globals count as much as ``self``), with what those
-    tensors reach; storages in ``exclude`` left out. RuntimeError if code froze objects since (they
-    would be hidden from the count)."""
-    if gc.get_freeze_count() > frozen:  # (frozen objects that die leave the count)
-        raise RuntimeError("the code froze the garbage collector's objects (gc.freeze): the memory it holds "
-                           "cannot be measured")
-    gc.collect()
-    return held_storages([obj for obj in gc.get_objects() if isinstance(obj, torch.Tensor)], exclude)
 
 
 def storages_of(tensors) -> set:
