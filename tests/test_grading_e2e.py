@@ -103,13 +103,7 @@ def graded(tmp_path_factory):
         _write(submissions, student, *_red_team_notebook(solution, student))
     course = str(work / "course")
     started = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "grading", "grade", LAB, str(submissions), "--course-dir", course,
-                           "--workers", "2", "--rank-timeout", "10", "--cell-timeout", "120",
-                           "--memory-limit", str(MEMORY_LIMIT_GIB)],
-                          capture_output=True, text=True, timeout=900, cwd=REPO)
-    assert done.returncode == 0, done.stdout + done.stderr
-    with open(os.path.join(course, "reports", f"{LAB}.json")) as f:
-        report = json.load(f)
+    done, report = _grade_class(submissions, course, 2, 120, 900, "--memory-limit", str(MEMORY_LIMIT_GIB))
     deadline = time.monotonic() + 10
     while _processes_inside(course) and time.monotonic() < deadline:
         time.sleep(0.2)
@@ -117,6 +111,17 @@ def graded(tmp_path_factory):
             "seconds": time.monotonic() - started,
             "parts": {s["student"]: {p["cell"]: p for p in s["parts"]} for s in report["submissions"]},
             "submissions": {s["student"]: s for s in report["submissions"]}}
+
+
+def _grade_class(submissions, course: str, workers: int, cell_timeout_s: int, timeout_s: int, *extra: str):
+    """``course grade`` of the class in ``submissions`` into ``course`` (rank timeout 10 s); the finished
+    process and its report (reports/LAB.json)."""
+    done = subprocess.run([sys.executable, "-m", "grading", "grade", LAB, str(submissions), "--course-dir", course,
+                           "--workers", str(workers), "--rank-timeout", "10", "--cell-timeout", str(cell_timeout_s),
+                           *extra], capture_output=True, text=True, timeout=timeout_s, cwd=REPO)
+    assert done.returncode == 0, done.stdout + done.stderr
+    with open(os.path.join(course, "reports", f"{LAB}.json")) as f:
+        return done, json.load(f)
 
 
 def _gradebook_scores(course: str) -> dict:
@@ -236,12 +241,8 @@ def test_a_kernel_that_loops_forever_loses_that_part_at_the_cell_timeout_and_the
     submissions = tmp_path / "submissions"
     _write(submissions, "kernel_loop", apply_fixture(solution, KERNEL_LOOP))  # alone: the solution is graded above
     course = str(tmp_path / "course")
-    done = subprocess.run([sys.executable, "-m", "grading", "grade", LAB, str(submissions), "--course-dir", course,
-                           "--workers", "1", "--rank-timeout", "10", "--cell-timeout", "15"],
-                          capture_output=True, text=True, timeout=600, cwd=REPO)
-    assert done.returncode == 0, done.stdout + done.stderr
-    with open(os.path.join(course, "reports", f"{LAB}.json")) as f:
-        submissions_report = {s["student"]: s for s in json.load(f)["submissions"]}
+    _, graded_report = _grade_class(submissions, course, 1, 15, 600)
+    submissions_report = {s["student"]: s for s in graded_report["submissions"]}
     scores = _gradebook_scores(course)
     assert scores["kernel_loop"] == dict(POINTS, test_parallel_mlp=0)
     assert any("parallel_mlp: CellTimeoutError" in item for item in submissions_report["kernel_loop"]["attention"])
@@ -393,12 +394,8 @@ def test_bad_notebooks_and_output_bombs_cost_only_their_owners(tmp_path):
     (submissions / "unreadable").mkdir()
     os.symlink("/no/such/notebook", submissions / "unreadable" / f"{LAB}.ipynb")
     course = str(tmp_path / "course")
-    done = subprocess.run([sys.executable, "-m", "grading", "grade", LAB, str(submissions), "--course-dir", course,
-                           "--workers", "2", "--rank-timeout", "10", "--cell-timeout", "120"],
-                          capture_output=True, text=True, timeout=900, cwd=REPO)
-    assert done.returncode == 0, done.stdout + done.stderr
-    with open(os.path.join(course, "reports", f"{LAB}.json")) as f:
-        report = {s["student"]: s for s in json.load(f)["submissions"]}
+    _, graded_report = _grade_class(submissions, course, 2, 120, 900)
+    report = {s["student"]: s for s in graded_report["submissions"]}
     scores = _gradebook_scores(course)
     assert scores["solution"] == scores["output_bombs"] == scores["outputs_handed_in"] == POINTS
     assert any("output cut by the grader" in item for item in report["output_bombs"]["attention"])
