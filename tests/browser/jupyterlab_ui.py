@@ -148,10 +148,13 @@ class NotebookUI:
         return self.cells.nth(cell_index).locator(".jp-InputArea-editor").inner_text()
 
     def save(self, timeout_s: float = 30) -> None:
-        """Save the notebook (Ctrl+S) and wait until its tab no longer shows unsaved changes."""
-        self.page.keyboard.press("Control+s")
-        self.page.locator(".lm-TabBar-tab.lm-mod-current.jp-mod-dirty").wait_for(
-            state="detached", timeout=timeout_s * 1000)
+        """Save the notebook (Ctrl+S) and wait for the server's answer to that save: the file is
+        whole on disk only then (the tab's unsaved-changes mark says nothing when there were none)."""
+        def is_save(response) -> bool:
+            return response.request.method == "PUT" and "/api/contents/" in response.url
+        with self.page.expect_response(is_save, timeout=timeout_s * 1000) as saved:
+            self.page.keyboard.press("Control+s")
+        assert saved.value.ok, f"saving {self.path} failed: HTTP {saved.value.status}"
 
     def cells_with_errors(self) -> list[int]:
         """Indices of cells with an error output, read from the saved notebook (the page renders

@@ -31,9 +31,12 @@ START_TIMEOUT_S = 90.0
 #: Seconds the server gets to shut its kernels down after SIGTERM before SIGKILL.
 STOP_TIMEOUT_S = 20.0
 
-#: JupyterLab user settings for an unattended browser: no news or update pop-ups, and every
-#: cell kept in the page (no windowing) so outputs can be read without scrolling.
+#: JupyterLab user settings for an unattended browser: no news or update pop-ups, every
+#: cell kept in the page (no windowing) so outputs can be read without scrolling, and no
+#: autosave: the server writes a notebook in place, so a read while a save the test did not ask
+#: for is under way finds half a file ("Unreadable Notebook", 400).
 USER_SETTINGS = {
+    "@jupyterlab/docmanager-extension/plugin.jupyterlab-settings": {"autosave": False},
     "@jupyterlab/apputils-extension/notification.jupyterlab-settings": {
         "fetchNews": "false",
         "checkForUpdates": False,
