@@ -243,3 +243,59 @@ def test_the_judges_ranks_always_start_from_the_sandboxed_template():
 
     env = judge_environment({"LABUTILS_START_METHOD": "spawn", "PATH": "/usr/bin"})
     assert "LABUTILS_START_METHOD" not in env and env["PATH"] == "/usr/bin"
+
+
+def _installed_course(site: Path) -> Path:
+    """A full copy of the grader where ``pip install .`` would put it (a site-packages folder)."""
+    shutil.copytree(Path(REPO) / "grading", site / "grading", ignore=shutil.ignore_patterns("__pycache__"))
+    return site / "grading"
+
+
+def test_the_judges_ranks_find_nothing_of_a_grader_installed_as_a_package(tmp_path, monkeypatch):
+    from grading.autograder.sandbox import judge_rank_wrapper
+
+    environment = tmp_path / "env"  # shown in the sandbox, as the interpreter's environment is
+    installed = _installed_course(environment / "site")
+    python_paths = sandbox.python_paths
+    monkeypatch.setattr(sandbox, "python_paths", lambda: [*python_paths(), str(environment)])
+    monkeypatch.syspath_prepend(str(environment / "site"))
+    work = tmp_path / "ranks"
+    work.mkdir()
+    wrapper = judge_rank_wrapper(find_bwrap(), REPO, str(work), 2.0, on_gpu=False)
+    code = f"""
+import os, labutils
+def look():
+    try:
+        import grading.reference.tp_communications
+        found = 'imported'
+    except ImportError as exc:
+        found = type(exc).__name__
+    return found, os.listdir({str(installed)!r})
+print(labutils.launch(look, 2, backend='gloo', timeout=60)[1])
+"""
+    env = dict(os.environ, LABUTILS_RANK_WRAPPER=__import__("json").dumps(wrapper), TMPDIR=str(work),
+               PYTHONPATH=str(environment / "site"))  # the installed copy first on the ranks' path
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180, env=env, cwd=REPO)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "('ModuleNotFoundError', [])"
+    assert (installed / "reference").is_dir(), "the sandbox emptied a folder outside it"
+
+
+def test_a_kernel_finds_nothing_of_a_grader_installed_as_a_package(tmp_path, monkeypatch):
+    environment = tmp_path / "env"
+    installed = _installed_course(environment / "site")
+    python_paths = sandbox.python_paths
+    monkeypatch.setattr(sandbox, "python_paths", lambda: [*python_paths(), str(environment)])
+    monkeypatch.syspath_prepend(str(environment / "site"))
+    spec = submission_spec(str(tmp_path / "sandboxes"), "alice", REPO, "", 1.0, on_gpu=False)
+    spec = SandboxSpec(**{**_spec(tmp_path).__dict__, "hidden": spec.hidden})
+    done = _run_inside(spec, f"""
+import os, sys
+sys.path.insert(0, {str(environment / 'site')!r})
+try:
+    import grading.reference.tp_communications
+    print('imported', os.listdir({str(installed)!r}))
+except ImportError as exc:
+    print(type(exc).__name__, os.listdir({str(installed)!r}))
+""")
+    assert done.stdout.strip() == "ModuleNotFoundError []", done.stderr

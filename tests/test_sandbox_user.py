@@ -142,9 +142,6 @@ def graded_by_an_ordinary_user():
     shutil.rmtree(work, ignore_errors=True)
 
 
-@pytest.mark.xfail(strict=True, reason="known hole: graded by an ordinary account, the reload attack on f "
-                   "(reloads_the_reference) scores f's 2 points since the reference moved out of the ranks; "
-                   "graded as root it fails (test_grading_e2e)")
 def test_an_ordinary_user_grades_in_the_sandbox_and_the_attacker_gains_nothing(graded_by_an_ordinary_user):
     graded = graded_by_an_ordinary_user
     assert graded["done"].returncode == 0, graded["done"].stdout[-3000:] + graded["done"].stderr[-3000:]

@@ -39,6 +39,7 @@ from dataclasses import asdict, dataclass
 from jupyter_client.manager import AsyncKernelManager
 
 from grading.autograder.memory_cgroup import join_command
+from grading.autograder.package_copies import other_copies
 
 #: Environment variable holding the per-submission sandbox settings (JSON of ``SandboxSpec``).
 SANDBOX_ENV = "LAB_SANDBOX"
@@ -149,14 +150,15 @@ def submission_spec(sandbox_root: str, student: str, course_root: str, judge_soc
                     output_log: str = "") -> SandboxSpec:
     """The sandbox of ``student``'s kernel: scratch and runtime folders under ``sandbox_root`` (the
     notebook's folder, ``workdir``, is filled in when the kernel starts), the course's student view,
-    the judge's socket; ``course_root`` and ``hidden`` (the course folder, the submissions) covered
-    where a system bind would show them; the memory cgroup of ``cgroup_procs`` when given, else
+    the judge's socket; ``course_root``, every other copy of ``grading`` the interpreter could import
+    (``package_copies``) and ``hidden`` (the course folder, the submissions) covered where a system
+    bind would show them; the memory cgroup of ``cgroup_procs`` when given, else
     RLIMIT_AS of ``memory_limit_gib`` GiB (``address_space_cap``); ``/dev/nvidia*`` passed in on a GPU node."""
     folder = os.path.join(sandbox_root, student)
     cap = 0 if cgroup_procs else address_space_cap(memory_limit_gib, on_gpu)
     return SandboxSpec(workdir="", scratch_dir=os.path.join(folder, "scratch"),
                        runtime_dir=os.path.join(folder, "runtime"), readonly=tuple(course_readonly(course_root)),
-                       hidden=(course_root, sandbox_root, *hidden),
+                       hidden=(course_root, sandbox_root, *other_copies("grading", course_root), *hidden),
                        judge_socket=judge_socket, memory_limit_bytes=cap, cgroup_procs=cgroup_procs,
                        gpu=on_gpu, output_log=output_log)
 
@@ -290,7 +292,9 @@ def judge_rank_wrapper(bwrap: str, course_root: str, work_dir: str, memory_limit
     submission), in the memory cgroup of ``cgroup_procs`` or with RLIMIT_AS as for kernels. In place
     of ``grading/`` the template gets a copy of the files the ranks import, staged for it alone,
     which it imports and deletes before any rank starts
-    (``rank_guard``): a submission's code on a rank finds no grader file to read or reload. The
+    (``rank_guard``): a submission's code on a rank finds no grader file to read or reload. Every
+    other copy of ``grading`` the interpreter could import (the course installed into its
+    environment, an editable install's checkout) shows that same staged folder, emptied with it. The
     template does not import from ``work_dir`` (``python -P``), and ``JudgeService`` empties it after
     every submission: nothing a submission leaves there reaches the next one's ranks."""
     grading_dir = os.path.join(course_root, "grading")
@@ -298,6 +302,8 @@ def judge_rank_wrapper(bwrap: str, course_root: str, work_dir: str, memory_limit
              ",".join(RANK_GRADING_FILES), cgroup_procs]
     args = [bwrap, *_namespace_args([os.path.join(course_root, "labutils")], [course_root]),
             "--bind", STAGED_PLACEHOLDER, grading_dir, "--bind", work_dir, work_dir]
+    for installed in other_copies("grading", course_root):  # the course installed as a package too
+        args += ["--bind", STAGED_PLACEHOLDER, installed]
     args += [DEVICES_PLACEHOLDER] if on_gpu else []
     args += [word for name in os.environ if name.startswith("NCCL_") for word in ("--unsetenv", name)]
     args += [word for name, value in nccl_environment({}).items() for word in ("--setenv", name, value)]
