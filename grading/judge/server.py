@@ -26,6 +26,7 @@ import socket
 import sys
 import traceback
 
+from grading.judge.bounded_log import BoundedLog
 from grading.judge.limits import limit_memory
 
 #: Seconds a connected kernel has to send its whole request.
@@ -34,20 +35,22 @@ REQUEST_READ_TIMEOUT_S = 60.0
 JUDGE_ERROR_LINE = "✗ the grader failed on this part (judge error); your instructor will grade it by hand"
 
 
-def _detach_output(log_path: str | None):
-    """Keep the original stdout for replies only; send fd 1 and 2 (ranks' output too) to the log."""
+def _detach_output(log_path: str | None) -> tuple:
+    """Keep the original stdout for replies only; send fd 1 and 2 to the log, and ``sys.stdout`` and
+    ``sys.stderr`` (where the ranks' output is relayed) through one ``BoundedLog`` onto it.
+    Returns (the reply stream, the bounded log)."""
     reply = os.fdopen(os.dup(1), "wb")
     target = os.open(log_path or os.devnull, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     os.dup2(target, 1)
     os.dup2(target, 2)
     os.close(target)
-    sys.stdout = open(1, "w", buffering=1, encoding="utf-8", errors="replace", closefd=False)
-    sys.stderr = open(2, "w", buffering=1, encoding="utf-8", errors="replace", closefd=False)
-    return reply
+    sys.stdout = sys.stderr = log = BoundedLog(1)
+    return reply, log
 
 
-def judge_request(header: dict, blob: bytes, options) -> dict:
-    """The verdict (as a dict) for one request; judge faults become a judge_error verdict."""
+def judge_request(header: dict, blob: bytes, options, note=print) -> dict:
+    """The verdict (as a dict) for one request; judge faults become a judge_error verdict, told to
+    ``note`` (the log's own lines) with their detail."""
     from grading.judge import engine
 
     test = str(header.get("test"))
@@ -64,12 +67,12 @@ def judge_request(header: dict, blob: bytes, options) -> dict:
         result["detail"] = result.get("detail") or "\n".join(result["lines"])
         result["lines"] = [JUDGE_ERROR_LINE]
         result["summary"] = f"{result['title']}: judge error"
-    print(f"[judge] {test}: {'passed' if result['passed'] else 'failed'}"
-          + (f"\n{result['detail']}" if result["judge_error"] else ""), flush=True)
+    note(f"[judge] {test}: {'passed' if result['passed'] else 'failed'}"
+         + (f"\n{result['detail']}" if result["judge_error"] else ""))
     return result
 
 
-def serve_stdio(reply, options) -> None:
+def serve_stdio(reply, options, log) -> None:
     from grading.judge.protocol import read_message, write_message
 
     stdin = sys.stdin.buffer
@@ -78,14 +81,14 @@ def serve_stdio(reply, options) -> None:
             header, blob = read_message(stdin)
         except EOFError:
             return
-        write_message(reply, judge_request(header, blob, options))
+        write_message(reply, judge_request(header, blob, options, log.note))
 
 
 class _Service:
     """The state of --service mode: the current submission, its socket and its verdicts."""
 
-    def __init__(self, reply, options):
-        self.reply, self.options = reply, options
+    def __init__(self, reply, options, log):
+        self.reply, self.options, self.log = reply, options, log
         self.selector = selectors.DefaultSelector()
         self.submission = None
         self.listener = None
@@ -100,6 +103,7 @@ class _Service:
         if command == "begin":
             self._close_listener()
             self.submission, self.verdicts = str(message["submission"]), []
+            self.log.start(f"submission {self.submission}")
             self.socket_path = str(message["socket"])
             self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             self.listener.bind(self.socket_path)
@@ -112,6 +116,7 @@ class _Service:
                 import labutils
 
                 labutils.shutdown()
+            self.log.finish()
             write_message(self.reply, {"submission": self.submission, "verdicts": self.verdicts})
             self.submission, self.verdicts = None, []
         elif command == "stop":
@@ -140,7 +145,7 @@ class _Service:
             header, blob = read_message(stream)
         except (EOFError, ProtocolError, OSError):
             return
-        verdict = judge_request(header, blob, self.options)
+        verdict = judge_request(header, blob, self.options, self.log.note)
         self.verdicts.append(verdict)
         try:
             write_message(stream, verdict)
@@ -148,10 +153,10 @@ class _Service:
             pass  # the kernel went away (interrupted or killed): the verdict is kept anyway
 
 
-def serve_service(reply, options) -> None:
+def serve_service(reply, options, log) -> None:
     from grading.judge.protocol import read_message
 
-    service = _Service(reply, options)
+    service = _Service(reply, options, log)
     stdin = os.fdopen(0, "rb", buffering=0, closefd=False)  # unbuffered: select() sees every frame
     service.selector.register(stdin, selectors.EVENT_READ, "control")
     while True:
@@ -221,7 +226,7 @@ def main(argv=None) -> int:
     limit_memory(options.memory_limit)  # before the rank template starts: the ranks inherit it
     if options.sandbox_dir:
         sandbox_ranks(options.sandbox_dir, options.backend, options.memory_limit, options.cgroup_procs)
-    reply = _detach_output(options.log)
+    reply, log = _detach_output(options.log)
     from grading.judge import engine
 
     for lab in engine.available_labs():  # the specs and the reference, before any request
@@ -229,9 +234,9 @@ def main(argv=None) -> int:
 
     if options.service:
         _warm_up(options)
-        serve_service(reply, options)
+        serve_service(reply, options, log)
     else:
-        serve_stdio(reply, options)
+        serve_stdio(reply, options, log)
     return 0
 
 
