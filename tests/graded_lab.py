@@ -1,7 +1,8 @@
-"""What the end-to-end tests of labs 2 to 5 share: one lab's notebooks, its wrong-implementation
-fixtures (tests/fixtures/labNN), the solution's code run in a namespace, and the two ways a
-fixture is held to the parts it must lose (the judge alone, or real nbgrader through
-``autograder.runner.grade_class``, which is what ``course grade`` runs)."""
+"""What the end-to-end tests of labs 2 to 6 share: one lab's notebooks, its wrong-implementation
+fixtures (tests/fixtures/labNN) and the attacks on its own cells (tests/fixtures/attacks/LAB), the
+solution's code run in a namespace, and the two ways a fixture is held to the parts it must lose
+(the judge alone, or real nbgrader through ``autograder.runner.grade_class``, which is what
+``course grade`` runs)."""
 from __future__ import annotations
 
 import os
@@ -12,6 +13,7 @@ import torch
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 from grading.autograder.fixtures import apply_fixture, parse_fixture, student_solution
+from grading.autograder.report import attention_items
 from grading.autograder.runner import GradeOptions, grade_class
 from grading.judge import client, engine
 
@@ -26,6 +28,7 @@ class GradedLab:
     def __init__(self, name: str, *, rank_timeout_s: float, given_cells=("setup", "check_helpers")):
         self.name = name
         self.fixtures_dir = os.path.join(REPO, "tests", "fixtures", name[:5])
+        self.attacks_dir = os.path.join(REPO, "tests", "fixtures", "attacks", name)
         self.rank_timeout_s = rank_timeout_s
         self.given_cells = tuple(given_cells)
 
@@ -44,8 +47,16 @@ class GradedLab:
     def fixture_names(self) -> list:
         return sorted(name[:-3] for name in os.listdir(self.fixtures_dir) if name.endswith(".py"))
 
+    def attack_names(self) -> list:
+        """The attacks on this lab's own cells (none when it has no folder of them)."""
+        if not os.path.isdir(self.attacks_dir):
+            return []
+        return sorted(name[:-3] for name in os.listdir(self.attacks_dir) if name.endswith(".py"))
+
     def fixture(self, name: str):
-        with open(os.path.join(self.fixtures_dir, f"{name}.py")) as f:
+        """The fixture (or attack) ``name``, parsed."""
+        folder = self.fixtures_dir if os.path.exists(os.path.join(self.fixtures_dir, f"{name}.py")) else self.attacks_dir
+        with open(os.path.join(folder, f"{name}.py")) as f:
             return parse_fixture(name, f.read())
 
     def solution_namespace(self, fixture: str | None = None) -> dict:
@@ -108,9 +119,10 @@ class GradedLab:
         return lost
 
     def grade_through_nbgrader(self, tmp_path, fixtures, max_points: int):
-        """Grade the solution, the release and ``fixtures`` with real nbgrader; assert that each
-        loses exactly its parts (the release all of them) and nothing is forged or tampered with.
-        Returns the class report."""
+        """Grade the solution, the release and ``fixtures`` (attacks too) with real nbgrader, in
+        bubblewrap sandboxes, as ``course grade`` does; assert that each loses exactly its parts (the
+        release all of them), that nothing is forged or tampered with, and that each fixture's
+        ``attention`` lines are in its report. Returns the class report."""
         source, release = self.notebooks()
         submissions = tmp_path / "submitted"
         expected_losses = {"solution": set(), "release": _graded_cells(release)}
@@ -134,6 +146,10 @@ class GradedLab:
                                                                                 for p in outcome.parts])
             assert outcome.points == max_points - sum(p.max_points for p in outcome.parts if p.cell in lost)
             assert not outcome.forged and not outcome.tampering, outcome.student
+            if outcome.student in fixtures:
+                attention = attention_items(outcome)
+                for text in self.fixture(outcome.student).attention:
+                    assert any(text in item for item in attention), (outcome.student, text, attention)
         return report
 
 

@@ -44,6 +44,6 @@ def test_every_fixture_applies_to_todays_solution_and_names_real_test_cells():
 
 
 def test_through_nbgrader_the_solution_scores_full_marks_the_release_zero_and_each_fixture_its_loss(tmp_path):
-    report = LAB.grade_through_nbgrader(tmp_path, LAB.fixture_names(), max_points=10)
+    report = LAB.grade_through_nbgrader(tmp_path, LAB.fixture_names() + LAB.attack_names(), max_points=10)
     one_f_one_b = part(report, "blocking_sends_deadlock_1f1b", "test_1f1b")
     assert "timed out" in one_f_one_b.lines[0] and "send" in one_f_one_b.lines[0]

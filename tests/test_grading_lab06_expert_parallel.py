@@ -54,4 +54,4 @@ def test_through_the_judge_each_other_fixture_loses_exactly_its_parts(name):
 
 
 def test_through_nbgrader_the_solution_scores_full_marks_the_release_zero_and_each_fixture_its_loss(tmp_path):
-    LAB.grade_through_nbgrader(tmp_path, NBGRADER_FIXTURES, max_points=13)
+    LAB.grade_through_nbgrader(tmp_path, NBGRADER_FIXTURES + tuple(LAB.attack_names()), max_points=13)
