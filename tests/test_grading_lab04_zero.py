@@ -90,9 +90,9 @@ def test_through_the_judge_each_other_fixture_loses_exactly_its_parts(name):
     assert LAB.losses_through_the_judge(name, tests=tests) == LAB.fixture(name).loses
 
 
-@pytest.mark.timeout(900)  # five notebooks whose ranks each build torch optimizers (the first imports torch's compiler)
+@pytest.mark.timeout(900)  # six notebooks whose ranks each build torch optimizers (the first imports torch's compiler)
 def test_through_nbgrader_the_solution_scores_full_marks_the_release_zero_and_each_fixture_its_loss(tmp_path):
-    LAB.grade_through_nbgrader(tmp_path, NBGRADER_FIXTURES, max_points=17)
+    LAB.grade_through_nbgrader(tmp_path, NBGRADER_FIXTURES + tuple(LAB.attack_names()), max_points=17)
 
 
 #: The student's stage 1 keeps a value of its own (each group's shard width), which their stage 2

@@ -22,6 +22,7 @@ CONSTRUCTS = (
     (r"\bsys\._getframe\b|\binspect\.(stack|currentframe|getouterframes)\b|\bf_back\b|\btb_frame\b|\bf_locals\b",
      "walks stack frames"),
     (r"\bimportlib\b|\bexec_module\b|\b__import__\b", "reloads or loads modules by path"),
+    (r"\bsys\.modules\b|\bModuleType\b", "reads or writes the interpreter's module table (state kept out of sight?)"),
     (r"\bctypes\b|\bcffi\b", "calls C directly"),
     (r"\bsetsid\b|start_new_session|\bdaemon\s*=\s*True", "starts detached processes"),
     (r"\bos\.(fork|forkpty|posix_spawn|exec\w*|system|kill)\b|\bsubprocess\b", "starts or signals processes"),

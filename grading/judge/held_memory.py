@@ -1,5 +1,5 @@
 """The bytes of tensor memory an object holds: measured by walking what is alive, not by the names
-it is kept under.
+it is kept under; and the tensors a process holds outside it (``held_outside``).
 
 ``held_storages(roots, exclude)`` follows every reference from ``roots`` (attributes, containers,
 closures, default arguments, the globals of functions sent by value, bound methods, class
@@ -118,3 +118,50 @@ def held_storages(roots: list, exclude: set) -> dict:
 def storages_of(tensors) -> set:
     """The storage data pointers of ``tensors`` (None entries skipped): what to exclude."""
     return {key for key in (storage_key(t) for t in tensors if t is not None) if key is not None}
+
+
+def live_storages() -> dict:
+    """{storage data pointer: (bytes, its gradient's storage pointer or None)} of every tensor object
+    alive in this process, after a full garbage collection (tensors are tracked by Python's collector
+    wherever they are kept: a module's globals, a closure, a hook, a class attribute)."""
+    import warnings
+
+    gc.collect()
+    live = {}
+    with warnings.catch_warnings():  # looking at every object wakes deprecated ones: not the rank's warnings
+        warnings.simplefilter("ignore")
+        for obj in gc.get_objects():
+            if isinstance(obj, torch.Tensor):
+                key = storage_key(obj)
+                if key is not None:
+                    grad = obj.grad if obj.is_leaf else None
+                    live[key] = (obj.untyped_storage().nbytes(), None if grad is None else storage_key(grad))
+    return live
+
+
+#: Samples ``held_outside`` takes at most, and seconds between them: a buffer a background thread
+#: (a collective's completion) still holds for a moment is gone by the next one; state is not.
+OUTSIDE_SAMPLES, OUTSIDE_PAUSE_S = 3, 0.2
+
+
+def held_outside(before: set, accounted: set, allowed: int) -> dict:
+    """{storage pointer: bytes} of the tensors this process holds now that it did not hold at
+    ``before`` (the keys of a ``live_storages()`` taken earlier) and that are neither in ``accounted``
+    (what the measured object reaches, the parameters and their gradients) nor the gradient of a
+    tensor in it (stage 2's gradient shard is gradient memory, not state): the fewest over up to
+    ``OUTSIDE_SAMPLES`` samples, stopping at the first that totals at most ``allowed`` bytes."""
+    import time
+
+    fewest = None
+    for sample in range(OUTSIDE_SAMPLES):
+        if sample:
+            time.sleep(OUTSIDE_PAUSE_S)
+        live = live_storages()
+        gradients = {grad for key, (_, grad) in live.items() if key in accounted and grad is not None}
+        outside = {key: nbytes for key, (nbytes, _) in live.items()
+                   if key not in before and key not in accounted and key not in gradients}
+        if fewest is None or sum(outside.values()) < sum(fewest.values()):
+            fewest = outside
+        if sum(fewest.values()) <= allowed:
+            break
+    return fewest

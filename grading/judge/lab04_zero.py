@@ -19,7 +19,9 @@ unsharded parameters with the mean gradient. The memory the optimizer holds is m
 the checkpoint and after the last step (``held_memory``: every tensor reachable from it, whatever
 its name, the parameters and their gradients left out) and must be the optimizer's state for
 this rank's shard (AdamW: 2 x shard x 4 bytes per group), at most 2 slots (ceil(N / d)) + 64
-bytes. The collectives of backward and step are counted against ``grading/reference/zero.py``
+bytes; and the rank may hold at most 64 bytes of other tensors made since the optimizer was built
+(``held_outside``: every tensor object alive in the process, so state kept in a module's globals,
+a closure or a hook counts too). The collectives of backward and step are counted against ``grading/reference/zero.py``
 (stage 1 none in backward: a step that reduces again shows), and a step must not warn about a
 deprecated collective.
 
@@ -48,7 +50,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from grading.judge.engine import Case, TestSpec
-from grading.judge.held_memory import held_storages, storages_of
+from grading.judge.held_memory import held_outside, held_storages, live_storages, storages_of
 from grading.judge.rankside import SubmissionProblem
 from grading.reference import fsdp, zero
 from grading.reference.zero import adamw_update_
@@ -267,17 +269,25 @@ def _zero_expected(case, data):
             for rank in range(size)]
 
 
-def _state_bytes(optimizer, params: list, case, run):
+def _state_bytes(optimizer, params: list, case, run, before: set):
     """The optimizer's measured bytes (a tensor equal to the exact bytes when within 2 slots +
-    SMALL_BYTES of them), or a string saying how much more (or less) it holds."""
-    held = held_storages([optimizer], storages_of(params + [p.grad for p in params]))
+    SMALL_BYTES of them, and when the rank holds no more than SMALL_BYTES of tensors made since
+    ``before`` that the optimizer does not reach), or a string saying how much more (or less) it holds."""
+    exclude = storages_of(params + [p.grad for p in params])
+    held = held_storages([optimizer], exclude)
     measured = sum(held.values())
     numels = _trainable_numels(case, [p.shape for p in params])
     per_element = 4 * _OPTIMIZERS[case.params["optimizer"]][2]
     exact = sum(per_element * _shard_lengths(n, run.group_size)[run.group_rank] for n in numels)
     most = sum(per_element * -(-n // run.group_size) for n in numels) + SMALL_BYTES
     if exact <= measured <= most:
-        return torch.tensor([float(exact)], dtype=torch.float64)
+        outside = held_outside(before, exclude | set(held), SMALL_BYTES)
+        if sum(outside.values()) <= SMALL_BYTES:
+            return torch.tensor([float(exact)], dtype=torch.float64)
+        return (f"besides the optimizer's {measured} bytes, this rank holds {sum(outside.values())} bytes of "
+                f"tensors made since the optimizer was built that the optimizer does not reach ({len(outside)} "
+                "buffers: a module's globals, a closure, a hook?): optimizer state counts wherever it is kept, "
+                f"and this rank's is its shard's, {exact} bytes")
     if measured < exact:
         return (f"the optimizer holds {measured} bytes of tensors besides the parameters and their gradients, "
                 f"less than its state for this rank's shard ({exact} bytes): where is the optimizer's state?")
@@ -320,22 +330,23 @@ def _zero_run(objects, case, run, stage: int):
     optimizer_class, defaults, _ = _OPTIMIZERS[case.params["optimizer"]]
     make = lambda: zero_class(_param_groups(params, case), optimizer_class, process_group=run.group,  # noqa: E731
                               **defaults)
-    optimizer = make()
     grads = {i: run.tensor(f"g{i}") for i in range(count) if i != frozen}
+    before = set(live_storages())  # what the rank holds before the optimizer exists
+    optimizer = make()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         for step in range(STEPS):
             if step == STEPS - 1:
-                held_before = _state_bytes(optimizer, params, case, run)
+                held_before = _state_bytes(optimizer, params, case, run, before)
                 optimizer, consolidated = _checkpoint(optimizer, make, run)
             optimizer.zero_grad()
             _zero_step_gradients(case, params, grads, step, run)
             with run.phase(f"step {step + 1}: step"):
                 optimizer.step()
     deprecated = [w for w in caught if issubclass(w.category, FutureWarning) and "deprecated" in str(w.message)]
+    held = held_before if isinstance(held_before, str) else _state_bytes(optimizer, params, case, run, before)
     result = run.result(torch.cat([p.detach().reshape(-1) for p in params]), None)
-    held_after = _state_bytes(optimizer, params, case, run)
-    result["values"] = {_STATE: held_before if isinstance(held_before, str) else held_after,
+    result["values"] = {_STATE: held,
                         _CONSOLIDATED: consolidated,
                         _DEPRECATED: torch.tensor([float(len(deprecated))], dtype=torch.float64)}
     return result

@@ -1,0 +1,36 @@
+"""held_outside: the tensors a process holds besides what a walk from an object reaches."""
+from __future__ import annotations
+
+import sys
+import threading
+import types
+
+import torch
+
+from grading.judge.held_memory import held_outside, held_storages, live_storages, storage_key, storages_of
+
+
+def test_state_kept_in_a_module_global_counts_and_the_objects_own_and_gradients_do_not():
+    before = set(live_storages())
+    shard = torch.nn.Parameter(torch.zeros(16))
+    shard.grad = torch.ones(16)  # a gradient of what the object holds: gradient memory, not state
+    optimizer = types.SimpleNamespace(state={"m": torch.zeros(16)}, params=[shard])
+    module = sys.modules.setdefault("held_outside_hidden", types.ModuleType("held_outside_hidden"))
+    try:
+        accounted = set(held_storages([optimizer], set())) | storages_of([shard])
+        assert held_outside(before, accounted, allowed=0) == {}
+        module.full = torch.zeros(64)  # 256 bytes nothing of the object reaches
+        assert held_outside(before, accounted, allowed=0) == {storage_key(module.full): 256}
+    finally:
+        del sys.modules["held_outside_hidden"]
+
+
+def test_a_buffer_another_thread_lets_go_of_a_moment_later_is_not_held():
+    before = set(live_storages())
+    kept = [torch.zeros(256)]
+    release = threading.Timer(0.15, kept.clear)
+    release.start()
+    try:
+        assert held_outside(before, set(), allowed=0) == {}
+    finally:
+        release.cancel()
