@@ -296,7 +296,7 @@ def test_an_attack_on_the_grader_changes_nothing_and_is_reported(graded):
 def test_every_attack_is_handed_in_once_on_cells_of_its_own():
     assert sorted(name for names in RED_TEAM.values() for name in names) == sorted(ATTACKS)
     for names in RED_TEAM.values():
-        sources = [{cell for action, cell, _ in ATTACKS[name].edits if action in ("replace", "append", "delete")}
+        sources = [{edit.cell for edit in ATTACKS[name].edits if edit.action in ("replace", "prepend", "append", "delete")}
                    for name in names]  # the cells whose code each attack writes
         assert all(not (a & b) for i, a in enumerate(sources) for b in sources[i + 1:]), names
 

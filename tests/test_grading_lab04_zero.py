@@ -68,7 +68,7 @@ def _tests_the_fixture_can_change(name: str) -> list:
     cell the fixture edits. The others grade the solution's own objects (the parts they build on are
     replaced by the grader's), which pass (``judge_the_solution`` above and nbgrader's full marks)."""
     fixture = LAB.fixture(name)
-    edited_cells = {cell for _, cell, _ in fixture.edits}
+    edited_cells = {edit.cell for edit in fixture.edits}
     notebook = apply_fixture(student_solution(*LAB.notebooks()), fixture)
     defined = set()
     for cell in notebook.cells:

@@ -2,19 +2,28 @@
 
 ``student_solution(source, release)`` is the release with every solution cell filled in from
 the source (markers removed): what a perfect student hands in. A fixture file then changes
-that notebook, one section per cell::
+that notebook, one section per change, and shows only the mistake it teaches::
 
     # Classic mistake 5: RowParallelLinear adds its bias on every shard.
     # loses: test_row_parallel
-    # %% replace: row_parallel
-    class RowParallelLinear(nn.Module):
+    # %% replace: row_parallel  def: RowParallelLinear.forward
+    def forward(self, x):
         ...
+    # %% prepend: row_parallel      (lines put before a cell's code: the imports and helpers
+                                      that a replaced definition needs)
+    # %% replace: parallel_mlp      (a whole cell's code)
     # %% append: check_f            (add lines to a cell)
     # %% delete: test_g             (remove a cell; no body)
     # %% insert: g                  (a new code cell after g; a first line "# nbgrader: {...}"
                                       gives it that nbgrader metadata)
     # %% metadata: f                (JSON merged into the cell's nbgrader metadata)
     # %% file: my_layers.py         (a file handed in beside the notebook: ``Fixture.files``)
+
+``replace: CELL  def: NAME`` replaces one definition of the cell, the rest of the cell kept as
+the solution writes it: NAME is a top-level function or class (``ring_neighbours``) or a method
+(``DataParallel.no_sync``), and the section's body is its new definition, of the same name, at
+any indentation (``definitions.replace_definition``). Sections apply in order, so several may
+change one cell. A cell or definition that is not there is a ValueError naming the fixture.
 
 Header lines ``# loses: CELL ...`` (test cells that must score zero), ``# reports: ...``
 (tampering the report must list, ``kind role cell`` separated by ";") and ``# attention: ...``
@@ -27,10 +36,23 @@ import copy
 import json
 import re
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
-_SECTION = re.compile(r"^# %% (replace|append|delete|insert|metadata|file): (\S+)\s*$")
+from grading.autograder.definitions import replace_definition
+
+_SECTION = re.compile(r"^# %% (replace|prepend|append|delete|insert|metadata|file): (\S+)(?:\s+def: (\S+))?\s*$")
 _CELL_METADATA = "# nbgrader: "
 _SOLUTION_MARKER = re.compile(r"^\s*### (BEGIN|END) SOLUTION\s*$")
+
+
+class Edit(NamedTuple):
+    """One section of a fixture: ``action`` on ``cell`` (a grade_id, or a file name) with
+    ``text``; ``definition``, for a ``replace`` of one definition only, names it."""
+
+    action: str
+    cell: str
+    text: str
+    definition: str | None = None
 
 
 @dataclass
@@ -41,13 +63,13 @@ class Fixture:
     description: str
     loses: set
     reports: list
-    edits: list = field(default_factory=list)  # (action, grade_id, text)
+    edits: list = field(default_factory=list)  # of Edit
     attention: list = field(default_factory=list)
 
     @property
     def files(self) -> dict:
         """{file name: text} of the files handed in beside the notebook."""
-        return {name: text + "\n" for action, name, text in self.edits if action == "file"}
+        return {edit.cell: edit.text + "\n" for edit in self.edits if edit.action == "file"}
 
 
 def parse_fixture(name: str, text: str) -> Fixture:
@@ -57,8 +79,12 @@ def parse_fixture(name: str, text: str) -> Fixture:
     for line in text.splitlines():
         match = _SECTION.match(line)
         if match:
-            current = [match[1], match[2], []]
+            if match[3] and match[1] != "replace":
+                raise ValueError(f"fixture {name}: only a replace names a definition: {line!r}")
+            current = [match[1], match[2], [], match[3]]
             fixture.edits.append(current)
+        elif line.startswith("# %% "):
+            raise ValueError(f"fixture {name}: not a section header: {line!r}")
         elif current is not None:
             current[2].append(line)
         elif line.startswith("# loses:"):
@@ -72,7 +98,8 @@ def parse_fixture(name: str, text: str) -> Fixture:
     if not fixture.edits:
         raise ValueError(f"fixture {name} changes nothing: add a '# %% replace: CELL' section")
     fixture.description = " ".join(description)
-    fixture.edits = [(action, cell, "\n".join(body).strip("\n")) for action, cell, body in fixture.edits]
+    fixture.edits = [Edit(action, cell, "\n".join(body).strip("\n"), definition)
+                     for action, cell, body, definition in fixture.edits]
     return fixture
 
 
@@ -105,23 +132,31 @@ def _inserted_cell(text: str):
 
 
 def apply_fixture(notebook, fixture: Fixture):
-    """A copy of ``notebook`` with the fixture's edits; KeyError names a cell that is not there.
-    ``file`` sections are not the notebook's: see ``Fixture.files``."""
+    """A copy of ``notebook`` with the fixture's edits; ValueError names a cell or a definition
+    that is not there. ``file`` sections are not the notebook's: see ``Fixture.files``."""
     notebook = copy.deepcopy(notebook)
-    for action, grade_id, text in fixture.edits:
-        if action == "file":
+    for edit in fixture.edits:
+        if edit.action == "file":
             continue
-        index = next((i for i, c in enumerate(notebook.cells) if _grade_id(c) == grade_id), None)
+        index = next((i for i, c in enumerate(notebook.cells) if _grade_id(c) == edit.cell), None)
         if index is None:
-            raise KeyError(f"fixture {fixture.name}: no cell {grade_id!r} in the notebook")
-        if action == "delete":
+            raise ValueError(f"fixture {fixture.name}: no cell {edit.cell!r} in the notebook")
+        cell = notebook.cells[index]
+        if edit.action == "delete":
             del notebook.cells[index]
-        elif action == "append":
-            notebook.cells[index].source += "\n" + text
-        elif action == "insert":
-            notebook.cells.insert(index + 1, _inserted_cell(text))
-        elif action == "metadata":
-            notebook.cells[index].metadata["nbgrader"].update(json.loads(text))
+        elif edit.action == "append":
+            cell.source += "\n" + edit.text
+        elif edit.action == "prepend":
+            cell.source = edit.text + "\n\n\n" + cell.source
+        elif edit.action == "insert":
+            notebook.cells.insert(index + 1, _inserted_cell(edit.text))
+        elif edit.action == "metadata":
+            cell.metadata["nbgrader"].update(json.loads(edit.text))
+        elif edit.definition:
+            try:
+                cell.source = replace_definition(cell.source, edit.definition, edit.text)
+            except ValueError as error:
+                raise ValueError(f"fixture {fixture.name}: cell {edit.cell!r}: {error}") from None
         else:
-            notebook.cells[index].source = text
+            cell.source = edit.text
     return notebook
