@@ -5,7 +5,7 @@ student logs in, fetches it, writes part 1, runs the notebook (its checks launch
 `labutils check` in a JupyterLab terminal and submits; a second student submits the lab
 untouched; the instructor collects, grades and releases feedback (the README's commands again);
 the first student fetches the feedback and reads the score. The flow runs once, in a module
-fixture both tests share; each step's duration is written to test-artifacts/hub/timings.md. Then a
+fixture; each step's duration is written to test-artifacts/hub/timings.md. Then a
 student, logged in through the proxy, tries to
 read each instructors' path (the checkout's grader, solutions and history, the class folder's
 gradebook and grades, other accounts' homes) and to import the grader: all refused.
@@ -233,7 +233,9 @@ def _run_class_flow(hub, browser, opened: list) -> dict:
     return {"scores": scores, "feedback": (text, feedback.read_text())}
 
 
-def test_a_class_takes_a_lab_through_the_hub(class_flow):
+def test_a_class_takes_a_lab_through_the_hub_and_no_student_reads_the_grader(hub, browser, class_flow, pages):
+    """One test, so that one worker alone makes the hub's accounts (two tests could be dealt to two
+    workers, each making and removing the same accounts while the other's hub runs)."""
     first, second = ACCOUNTS["students"]
     assert class_flow["scores"] == {first: 3.0, second: 0.0}, class_flow["scores"]
     text, page = class_flow["feedback"]
@@ -242,6 +244,7 @@ def test_a_class_takes_a_lab_through_the_hub(class_flow):
     assert "beside the notebook" not in text, text[:1500]
     assert "cdnjs" not in page and "MathJax" in page, "the feedback page loads MathJax from the network"
     assert ">Test cell<" not in page
+    _a_student_reads_nothing_of_the_grader(hub, browser, pages)
 
 
 def _wait_for_file_glob(folder: Path, name: str, timeout_s: float = 120) -> Path:
@@ -285,7 +288,9 @@ def instructors_paths(hub) -> list[str]:
     return [str(p) for p in paths]
 
 
-def test_a_student_reads_nothing_of_the_grader(hub, browser, class_flow, pages):
+def _a_student_reads_nothing_of_the_grader(hub, browser, pages) -> None:
+    """Logged in through the proxy, a student's notebook tries each of ``instructors_paths`` and to
+    import the grader: every read refused, no module found."""
     first = ACCOUNTS["students"][0]
     paths = instructors_paths(hub)
     notebook = _home(first) / "probe.ipynb"
