@@ -51,10 +51,28 @@ def parallel_group(item) -> str:
 
 
 def pytest_collection_modifyitems(config, items):
-    """Under parallel workers (``pytest -n N --dist loadgroup``), keep each group on one worker."""
+    """Under parallel workers (``pytest -n N --dist loadgroup``), keep each group on one worker: each
+    test is marked with its group, and a worker names it ``NODEID@GROUP``, the id the scheduler deals
+    by (``_named_by_group``)."""
     if config.pluginmanager.hasplugin("xdist"):
         for item in items:
             item.add_marker(pytest.mark.xdist_group(parallel_group(item)))
+        if config.getvalue("loadgroup"):  # set on the workers only
+            _named_by_group(items)
+
+
+def _named_by_group(items) -> None:
+    """Give each test its ``@GROUP`` id. pytest-xdist 3.8 does it by setting ``item._nodeid``, which
+    pytest 9 no longer reads (a node's id is ``item._id``): without this every test is dealt on its
+    own, and a group's module fixtures are built again on every worker that gets one of its tests."""
+    try:
+        from _pytest.nodeid import NodeId
+    except ImportError:  # pytest 8: xdist's own hook names them
+        return
+    for item in items:
+        group = item.get_closest_marker("xdist_group").args[0]
+        if not item.nodeid.endswith(f"@{group}"):
+            item._id = NodeId.parse(f"{item.nodeid}@{group}")
 
 
 @pytest.fixture
