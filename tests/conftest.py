@@ -57,7 +57,7 @@ def pytest_collection_modifyitems(config, items):
     if config.pluginmanager.hasplugin("xdist"):
         for item in items:
             item.add_marker(pytest.mark.xdist_group(parallel_group(item)))
-        if config.getvalue("loadgroup"):  # set on the workers only
+        if getattr(config.option, "loadgroup", False):  # set on the workers only (no such option without -n)
             _named_by_group(items)
 
 
