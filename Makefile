@@ -86,7 +86,11 @@ student: $(STAMP)
 # checks every prerequisite at once, then makes the students' copy and its environment under the
 # settings' shared folder (students' servers run that, never this checkout). JupyterHub is
 # installed here once (the stamp), not at every start; batchspawner comes too (spawner = "slurm"
-# in course_hub.toml makes every server a Slurm job).
+# in course_hub.toml makes every server a Slurm job). The course is editable in this venv for the
+# hub's own process (root, the instructors' side) only: `course hub` refuses a students' environment
+# that is editable or reaches code outside it, passes servers none of this venv's variables and
+# closes the checkout to other users (tests/hub: a student's import of grading and read of
+# solutions/ are refused).
 HUB_STAMP := $(VENV)/.hub-installed
 $(HUB_STAMP): $(STAMP) pyproject.toml
 	$(BIN)/python -m pip install -q -e '.[hub,slurm]'

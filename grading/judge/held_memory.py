@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import gc
 import sys
+import time
 import types
+import warnings
 
 import torch
 
@@ -124,8 +126,6 @@ def live_storages() -> dict:
     """{storage data pointer: (bytes, its gradient's storage pointer or None)} of every tensor object
     alive in this process, after a full garbage collection (tensors are tracked by Python's collector
     wherever they are kept: a module's globals, a closure, a hook, a class attribute)."""
-    import warnings
-
     gc.collect()
     live = {}
     with warnings.catch_warnings():  # looking at every object wakes deprecated ones: not the rank's warnings
@@ -150,8 +150,6 @@ def held_outside(before: set, accounted: set, allowed: int) -> dict:
     (what the measured object reaches, the parameters and their gradients) nor the gradient of a
     tensor in it (stage 2's gradient shard is gradient memory, not state): the fewest over up to
     ``OUTSIDE_SAMPLES`` samples, stopping at the first that totals at most ``allowed`` bytes."""
-    import time
-
     fewest = None
     for sample in range(OUTSIDE_SAMPLES):
         if sample:

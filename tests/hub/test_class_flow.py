@@ -4,11 +4,10 @@ The instructor releases lab 2 to nbgrader's exchange with the README's commands,
 student logs in, fetches it, writes part 1, runs the notebook (its checks launch ranks), runs
 `labutils check` in a JupyterLab terminal and submits; a second student submits the lab
 untouched; the instructor collects, grades and releases feedback (the README's commands again);
-the first student fetches the feedback and reads the score. The flow runs once, in a module
-fixture; each step's duration is written to test-artifacts/hub/timings.md. Then a
-student, logged in through the proxy, tries to
-read each instructors' path (the checkout's grader, solutions and history, the class folder's
-gradebook and grades, other accounts' homes) and to import the grader: all refused.
+the first student fetches the feedback and reads the score; each step's duration is written to
+test-artifacts/hub/timings.md. Then a student, logged in through the proxy, tries to read each
+instructors' path (the checkout's grader, solutions and history, the class folder's gradebook and
+grades, other accounts' homes) and to import the grader: all refused.
 """
 from __future__ import annotations
 
@@ -159,19 +158,6 @@ def pages():
         student.screenshot("last")
 
 
-@pytest.fixture(scope="module")
-def class_flow(hub, browser):
-    """The class flow, run once for this module's tests: the README's release, two students' work
-    and submissions through their JupyterLab pages, the README's grading, the first student's
-    feedback. Returns {"scores": {student: score}, "feedback": (text the page shows, its HTML)}."""
-    opened: list[StudentBrowser] = []
-    try:
-        yield _run_class_flow(hub, browser, opened)
-    finally:
-        for student in opened:
-            student.screenshot("flow")
-
-
 def _run_class_flow(hub, browser, opened: list) -> dict:
     timings = Timings()
     before, after = readme_class_flow()
@@ -233,12 +219,13 @@ def _run_class_flow(hub, browser, opened: list) -> dict:
     return {"scores": scores, "feedback": (text, feedback.read_text())}
 
 
-def test_a_class_takes_a_lab_through_the_hub_and_no_student_reads_the_grader(hub, browser, class_flow, pages):
+def test_a_class_takes_a_lab_through_the_hub_and_no_student_reads_the_grader(hub, browser, pages):
     """One test, so that one worker alone makes the hub's accounts (two tests could be dealt to two
     workers, each making and removing the same accounts while the other's hub runs)."""
+    flow = _run_class_flow(hub, browser, pages)
     first, second = ACCOUNTS["students"]
-    assert class_flow["scores"] == {first: 3.0, second: 0.0}, class_flow["scores"]
-    text, page = class_flow["feedback"]
+    assert flow["scores"] == {first: 3.0, second: 0.0}, flow["scores"]
+    text, page = flow["feedback"]
     assert "3" in text and "16" in text, text[:500]
     assert "BEGIN HIDDEN TESTS" not in text and "grading.judge" not in text
     assert "beside the notebook" not in text, text[:1500]
