@@ -48,7 +48,7 @@ def _detach_output(log_path: str | None) -> tuple:
     return reply, log
 
 
-def judge_request(header: dict, blob: bytes, options, note=print) -> dict:
+def judge_request(header: dict, blob: bytes, options, note) -> dict:
     """The verdict (as a dict) for one request; judge faults become a judge_error verdict, told to
     ``note`` (the log's own lines) with their detail."""
     from grading.judge import engine
