@@ -81,10 +81,11 @@ def test_loss_agreement_rejects_bad_input():
 
 def test_bucket_counts_measured_against_model():
     caps = [0.25, 0.5, 25]
-    fig = plots.bucket_counts(caps, [16, 8, 1], [17, 9, 1], grad_bytes=4.02 * 2**20)
+    fig = plots.bucket_counts(caps, [16, 8, 1], [16, 9, 1], grad_bytes=4.02 * 2**20)
     ax = fig.axes[0]
-    model_line, measured_line = ax.get_lines()
-    assert list(model_line.get_ydata()) == [17, 9, 1] and list(measured_line.get_ydata()) == [16, 8, 1]
+    ceil_line, measured_line, model_line = ax.get_lines()
+    assert list(ceil_line.get_ydata()) == [17, 9, 1]  # ceil(4.02 MiB / cap), computed by the plot
+    assert list(model_line.get_ydata()) == [16, 9, 1] and list(measured_line.get_ydata()) == [16, 8, 1]
     assert ax.get_xscale() == "log"
     assert "MiB" in ax.get_xlabel() and ax.get_title() == "Buckets for 4.02 MiB of gradients"
     with pytest.raises(ValueError, match="one measured and one modelled"):

@@ -23,6 +23,8 @@ One module per concern, every name re-exported here:
 - ``fit``: alpha and beta fitted to measured times;
 - ``comm_bound``: where each strategy becomes communication-bound (compute against
   alpha-beta communication time; Austin et al., "How to Scale Your Model", 2025);
+- ``ddp_buckets``: the gradient buckets DDP forms from the parameters' sizes (torch's
+  ``_compute_bucket_assignment_by_size``), so the all-reduces a DDP step makes;
 - ``moe``: expert capacity and the load-balancing loss (Switch Transformer,
   arXiv:2101.03961; Megatron-LM moe_utils.py).
 """
@@ -41,6 +43,7 @@ from labutils.costmodel.comm_bound import (
     tp_step_costs,
     tp_min_hidden,
 )
+from labutils.costmodel.ddp_buckets import ddp_bucket_caps, ddp_bucket_sizes
 from labutils.costmodel.fit import FIT_WEIGHTINGS, AlphaBetaFit, fit_alpha_beta
 from labutils.costmodel.moe import expert_capacity, load_balancing_loss
 from labutils.costmodel.utilisation import mfu, model_flops_per_token, scaling_efficiency
@@ -65,6 +68,8 @@ __all__ = [
     "FIT_WEIGHTINGS",
     "AlphaBetaFit",
     "fit_alpha_beta",
+    "ddp_bucket_caps",
+    "ddp_bucket_sizes",
     "expert_capacity",
     "load_balancing_loss",
     "StepCosts",

@@ -136,7 +136,9 @@ def _dp_volume(s: StepShape) -> CommVolume:
         if not s.ddp_bucket_bytes > 0:
             raise ValueError(f"ddp_bucket_bytes must be > 0, got {s.ddp_bucket_bytes!r}")
         calls = math.ceil(shard_bytes / s.ddp_bucket_bytes)
-        bucket_note = f"gradients all-reduced in buckets of {s.ddp_bucket_bytes:.4g} bytes"
+        bucket_note = (f"gradients all-reduced in ceil(G/C) buckets of {s.ddp_bucket_bytes:.4g} bytes "
+                       "(DDP puts whole parameters in a bucket and closes it at or above the cap: "
+                       "ddp_bucket_sizes gives its exact buckets from the parameters' sizes)")
     message = shard_bytes / calls
     calls = _calls_in_group(calls, d)
     return CommVolume(

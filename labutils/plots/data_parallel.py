@@ -6,6 +6,7 @@ are bytes in the arguments and MiB (2**20 bytes, as DDP's ``bucket_cap_mb``) on 
 """
 from __future__ import annotations
 
+import math
 from typing import Mapping, Sequence
 
 from matplotlib.figure import Figure
@@ -97,9 +98,9 @@ def bucket_counts(caps_mib: Sequence[float], measured: Sequence[int], modelled: 
                   grad_bytes: float) -> Figure:
     """All-reduce calls per step against DDP's ``bucket_cap_mb`` (MiB): measured and modelled.
 
-    ``measured`` are the buckets DDP used (after its first iteration), ``modelled`` the calls
-    ``costmodel.comm_volume("dp", ..., ddp_bucket_bytes=cap)`` predicts; ``grad_bytes`` is the
-    model's gradient size in bytes (for the title).
+    ``measured`` are the buckets DDP used (after its first iteration), ``modelled`` the buckets
+    ``costmodel.ddp_bucket_sizes`` forms from the parameters' sizes at each cap; ``grad_bytes`` is
+    the model's gradient size in bytes (for the title and the ceil(G/C) line drawn beside them).
     """
     _require(len(caps_mib) > 0 and len(caps_mib) == len(measured) == len(modelled),
              "pass one measured and one modelled count per bucket cap")
@@ -107,8 +108,11 @@ def bucket_counts(caps_mib: Sequence[float], measured: Sequence[int], modelled: 
     _require(grad_bytes > 0, f"grad_bytes must be positive bytes, got {grad_bytes}")
     fig = CourseFigure(figsize=(6, 4.2), layout="constrained")
     ax = fig.add_subplot()
-    ax.plot(caps_mib, modelled, "s--", color="grey", label="model: ceil(gradient bytes / cap)")
+    ceil_counts = [math.ceil(grad_bytes / (cap * MIB)) for cap in caps_mib]
+    ax.plot(caps_mib, ceil_counts, ":", color="grey", label="ceil(gradient bytes / cap)")
     ax.plot(caps_mib, measured, "o-", color="#4c72b0", label="measured: buckets DDP used")
+    ax.plot(caps_mib, modelled, "s--", color="#dd8452", markersize=11, fillstyle="none", zorder=3,
+            label="model: whole parameters, a bucket closes at or above its cap")
     ax.set_xscale("log", base=2)
     ax.set_xticks(list(caps_mib), [f"{cap:g}" for cap in caps_mib])
     ax.set_xlabel("bucket_cap_mb (MiB = 2^20 bytes)")
