@@ -113,6 +113,9 @@ def _init_process_group(spec: dict, ctrl: socket.socket):
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
     kwargs = {"device_id": device} if spec["device_type"] == "cuda" else {}
+    # torch reads TORCH_DISTRIBUTED_DEBUG when torch.distributed is imported, here long before this
+    # launch's environment arrived (ranks fork from a template): read it again for this launch
+    dist.set_debug_level_from_env()
     dist.init_process_group(
         spec["backend"], store=store, rank=rank, world_size=world_size, timeout=timeout, **kwargs
     )

@@ -116,6 +116,16 @@ def test_ranks_see_the_environment_as_it_is_at_launch(monkeypatch):
     assert labutils.launch(read, 2, "LABUTILS_TEST_SETTING") == ["set in a cell"] * 2
 
 
+def test_torch_distributed_debug_set_at_launch_takes_effect(monkeypatch):
+    def debug_level():
+        import torch.distributed as dist
+        return str(dist.get_debug_level())
+
+    assert labutils.launch(debug_level, 2) == ["DebugLevel.OFF"] * 2  # the template is up now
+    monkeypatch.setenv("TORCH_DISTRIBUTED_DEBUG", "DETAIL")  # read by torch at import: long past in the template
+    assert labutils.launch(debug_level, 2) == ["DebugLevel.DETAIL"] * 2
+
+
 def test_results_come_back_detached_in_any_container():
     make = _notebook_style(
         """
