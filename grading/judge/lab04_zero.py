@@ -21,7 +21,11 @@ its name, the parameters and their gradients left out) and must be the optimizer
 this rank's shard (AdamW: 2 x shard x 4 bytes per group), at most 2 slots (ceil(N / d)) + 64
 bytes; and the rank may hold at most 64 bytes of other tensors made since the optimizer was built
 (``held_outside``: every tensor object alive in the process, so state kept in a module's globals,
-a closure or a hook counts too). The collectives of backward and step are counted against ``grading/reference/zero.py``
+a closure or a hook counts too); and from before the optimizer is built to after the last step,
+gradients dropped, the rank's process may grow by at most its state and gradient shard (in slots)
+plus ``PROCESS_SLACK_BYTES`` (``process_memory``: heap in use, resident pages, private files, so
+NumPy arrays, bare storages or files count; the case of 525,312 values makes hidden full-size state
+megabytes). The collectives of backward and step are counted against ``grading/reference/zero.py``
 (stage 1 none in backward: a step that reduces again shows), and a step must not warn about a
 deprecated collective.
 
@@ -51,6 +55,8 @@ import torch.nn.functional as F
 
 from grading.judge.engine import Case, TestSpec
 from grading.judge.held_memory import held_outside, held_storages, live_storages, storages_of
+from grading.judge.process_memory import measure as measure_process
+from grading.judge.process_memory import steady as steady_memory
 from grading.judge.rankside import SubmissionProblem
 from grading.reference import fsdp, zero
 from grading.reference.zero import adamw_update_
@@ -67,6 +73,12 @@ _PARAMETER_SETS = {"a 5x3 + 5 + 3x5 + 3 MLP (38 values; weights and biases in tw
                    (((5, 3), (5,), (3, 5), (3,)), (0, 1, 0, 1), None),
                    "a 7 + 2x2 model (11 values) and a frozen 3-vector, one group":
                    (((7,), (2, 2), (3,)), (0, 0, 0), 2)}
+#: The case whose state is large enough to see in the process's memory (megabytes: hidden full-size
+#: moments add 4 MiB where the slack is 1 MiB), run once per stage at dp_size=WORLD_SIZE.
+_LARGE_SET = {"a 1024x512 + 1024 layer (525,312 values, one group)": (((1024, 512), (1024,)), (0, 0), None)}
+#: Bytes a rank's process may grow by beyond its optimizer state and gradient shard (the
+#: optimizer's Python objects, the collectives' buffers, the allocator's rounding).
+PROCESS_SLACK_BYTES = 2**20
 HIDDEN, FFN, BATCH = 8, 16, 2
 
 REFERENCE = {
@@ -199,12 +211,14 @@ def _zero_cases(generator, stage: int):
     cases = []
     runs = [(size, name, optimizer) for size in DP_SIZES for name in _PARAMETER_SETS for optimizer in ("AdamW",)]
     runs.append((DP_SIZES[0], next(iter(_PARAMETER_SETS)), "SGD"))
+    runs.append((WORLD_SIZE, next(iter(_LARGE_SET)), "AdamW"))
     for size, description, optimizer in runs:
-        shapes, groups_of, frozen = _PARAMETER_SETS[description]
+        shapes, groups_of, frozen = {**_PARAMETER_SETS, **_LARGE_SET}[description]
         groups = []
+        large = description in _LARGE_SET
         for _ in range(WORLD_SIZE // size):
             data = {f"p{i}": torch.randn(*shape, generator=generator) for i, shape in enumerate(shapes)}
-            data.update({f"g{i}": torch.randn(STEPS, size, *shape, generator=generator)  # per step, per rank
+            data.update({f"g{i}": _gradients(generator, size, shape, large)  # per step, per rank
                          for i, shape in enumerate(shapes) if i != frozen})
             groups.append(data)
         reduced = "averaged before step (as DDP leaves them)" if stage == 1 else "from each rank's backward"
@@ -215,6 +229,17 @@ def _zero_cases(generator, stage: int):
                           {"count": len(shapes), "groups_of": groups_of, "frozen": frozen, "optimizer": optimizer,
                            "stage": stage}, groups))
     return cases
+
+
+def _gradients(generator, size: int, shape: tuple, large: bool) -> torch.Tensor:
+    """(STEPS, size, *shape) gradients, one per step and rank. In the large case each element's mean
+    over the ranks is +-1 with a little noise: among half a million standard normal means a few are
+    within 1e-7 of zero, where AdamW's g / (|g| + eps) turns float32's rounding of the mean into
+    differences of 1e-4 from the float64 expectation, in the reference as in any answer."""
+    if not large:
+        return torch.randn(STEPS, size, *shape, generator=generator)
+    signs = torch.randn(STEPS, 1, *shape, generator=generator).sign()
+    return signs + 0.1 * torch.randn(STEPS, size, *shape, generator=generator)
 
 
 def _own_gradients(case, data, group_rank):
@@ -267,6 +292,28 @@ def _zero_expected(case, data):
                                              dtype=torch.float64), _CONSOLIDATED: consolidated,
                         _DEPRECATED: torch.zeros(1, dtype=torch.float64)}}
             for rank in range(size)]
+
+
+def _process_growth(optimizer, case, params: list, run, before) -> str | None:
+    """None when the rank's process (``process_memory.measure``: heap, resident pages, private files) has grown
+    since ``before`` by no more than this rank's optimizer state and gradient shard, in slots, plus
+    ``PROCESS_SLACK_BYTES``; else what it holds. The gradients are dropped first, as a training loop
+    drops them: ``optimizer.zero_grad()`` (torch's default, set to None), and every ``.grad`` set to None."""
+    optimizer.zero_grad()
+    for param in params:
+        param.grad = None
+    now = measure_process(run.private_folder)
+    grown = now.growth_since(before)
+    numels = _trainable_numels(case, [p.shape for p in params])
+    slots = sum(-(-n // run.group_size) for n in numels)
+    allowed = slots * 4 * (_OPTIMIZERS[case.params["optimizer"]][2] + 1) + PROCESS_SLACK_BYTES
+    if grown <= allowed:
+        return None
+    return (f"this rank's process grew by {grown / 2**20:.2f} MiB from before the optimizer was built to after the "
+            f"last step, gradients dropped (heap in use {(now.heap - before.heap) / 2**20:+.2f} MiB, resident pages "
+            f"{(now.resident - before.resident) / 2**20:+.2f} MiB, files {(now.files - before.files) / 2**20:+.2f} MiB), where its optimizer state and gradient shard allow "
+            f"{allowed / 2**20:.2f} MiB (slack included): optimizer state counts however it is kept (NumPy arrays, "
+            "storages, Python lists, mapped memory, files), and this rank's is its shard's")
 
 
 def _state_bytes(optimizer, params: list, case, run, before: set):
@@ -323,6 +370,14 @@ def _zero_step_gradients(case, params: list, grads: dict, step: int, run) -> Non
         sum((param * grad).sum() for param, grad in used if grad is not None).backward()
 
 
+def _warm_up(optimizer_class, defaults: dict) -> None:
+    """One step of ``optimizer_class`` on a throwaway parameter: torch.optim's first step imports
+    modules (megabytes of the process's memory) that are not the optimizer's state."""
+    scratch = nn.Parameter(torch.zeros(4))
+    scratch.grad = torch.ones(4)
+    optimizer_class([scratch], **defaults).step()
+
+
 def _zero_run(objects, case, run, stage: int):
     count, frozen = case.params["count"], case.params["frozen"]
     params = [nn.Parameter(run.tensor(f"p{i}"), requires_grad=i != frozen) for i in range(count)]
@@ -331,7 +386,10 @@ def _zero_run(objects, case, run, stage: int):
     make = lambda: zero_class(_param_groups(params, case), optimizer_class, process_group=run.group,  # noqa: E731
                               **defaults)
     grads = {i: run.tensor(f"g{i}") for i in range(count) if i != frozen}
+    _warm_up(optimizer_class, defaults)
+    steady_memory()
     before = set(live_storages())  # what the rank holds before the optimizer exists
+    before_process = measure_process(run.private_folder)
     optimizer = make()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -345,6 +403,8 @@ def _zero_run(objects, case, run, stage: int):
                 optimizer.step()
     deprecated = [w for w in caught if issubclass(w.category, FutureWarning) and "deprecated" in str(w.message)]
     held = held_before if isinstance(held_before, str) else _state_bytes(optimizer, params, case, run, before)
+    if not isinstance(held, str):
+        held = _process_growth(optimizer, case, params, run, before_process) or held
     result = run.result(torch.cat([p.detach().reshape(-1) for p in params]), None)
     result["values"] = {_STATE: held,
                         _CONSOLIDATED: consolidated,

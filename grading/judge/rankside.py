@@ -103,8 +103,9 @@ def _attribute(module, path: str):
 class CaseRun:
     """What a test's ``run_case`` uses on a rank: its group, data, parameter loading, phases."""
 
-    def __init__(self, group, group_rank: int, group_size: int, data: dict):
+    def __init__(self, group, group_rank: int, group_size: int, data: dict, private_folder: str | None = None):
         self.group, self.group_rank, self.group_size = group, group_rank, group_size
+        self.private_folder = private_folder  # the only folder the rank may write (None: not isolated)
         self.device = rank_device()
         self._data = data  # this rank's own inputs only, when the test splits them (TestSpec.rank_data)
         self._params: dict = {}
@@ -185,9 +186,9 @@ def _groups_by_size(world_size: int, group_sizes: list) -> dict:
     return mine
 
 
-def _run_case(run_case, objects: dict, case, data: dict, groups: dict) -> dict:
+def _run_case(run_case, objects: dict, case, data: dict, groups: dict, private_folder: str | None = None) -> dict:
     rank = dist.get_rank()
-    run = CaseRun(groups[case.group_size], rank % case.group_size, case.group_size, data)
+    run = CaseRun(groups[case.group_size], rank % case.group_size, case.group_size, data, private_folder)
     return run_case(objects, case, run)
 
 
@@ -277,10 +278,11 @@ def run_reference(run_case, reference: dict, world_size: int, cases: list, rank_
     return _as_bytes({"reference": results})
 
 
-def enter_student_code() -> None:
+def enter_student_code() -> str:
     """The point past which submission code exists in this process: every call of a submission's
-    launch passes here once, after its process groups are made and before the blob is unpickled."""
-    isolate(nccl=rank_device().type == "cuda")  # no channel to a sibling rank but the counted one
+    launch passes here once, after its process groups are made and before the blob is unpickled.
+    Returns the rank's private folder, the only one it may write."""
+    return isolate(nccl=rank_device().type == "cuda")  # no channel to a sibling rank but the counted one
 
 
 def run_submission(run_case, lent: dict, world_size: int, cases: list, rank_data: list, blob: bytes,
@@ -290,7 +292,7 @@ def run_submission(run_case, lent: dict, world_size: int, cases: list, rank_data
     (the reference objects of the parts this test does not grade) put in place of those names;
     torch.save bytes of {"student": [...]}, or of {"failed": what went wrong, in the student's terms}."""
     groups = _groups_for(world_size, cases)
-    enter_student_code()
+    private_folder = enter_student_code()
     import cloudpickle
 
     try:
@@ -305,7 +307,7 @@ def run_submission(run_case, lent: dict, world_size: int, cases: list, rank_data
     student = []
     for case, data in zip(cases, rank_data):
         try:
-            student.append(_run_case(run_case, objects, case, data, groups))
+            student.append(_run_case(run_case, objects, case, data, groups, private_folder))
         except BaseException as exc:
             return _as_bytes({"failed": f"{case.name}: {describe_exception(exc, sources)}"})
     return _as_bytes({"student": student})
