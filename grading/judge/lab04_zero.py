@@ -15,19 +15,13 @@ mean gradient in ``.grad`` (what DDP leaves); stage 2 gets each rank's own, from
 hooks reduce them). After step 2 the state dict is consolidated on group rank 0, sent to every
 rank and loaded into a fresh optimizer; it must hold the whole model's state. After the steps
 every rank's parameters must equal the same torch optimizer run here, in float64, on the
-unsharded parameters with the mean gradient. The memory the optimizer holds is measured before
-the checkpoint and after the last step (``held_memory``: every tensor reachable from it, whatever
-its name, the parameters and their gradients left out) and must be the optimizer's state for
-this rank's shard (AdamW: 2 x shard x 4 bytes per group), at most 2 slots (ceil(N / d)) + 64
-bytes; and the rank may hold at most 64 bytes of other tensors made since the optimizer was built
-(``held_outside``: every tensor object alive in the process, so state kept in a module's globals,
-a closure or a hook counts too); and from before the optimizer is built to after the last step,
-gradients dropped, the rank's process may grow by at most its state and gradient shard (in slots)
-plus ``PROCESS_SLACK_BYTES`` (``process_memory``: heap in use, resident pages, private files, so
-NumPy arrays, bare storages or files count; the case of 525,312 values makes hidden full-size state
-megabytes). The collectives of backward and step are counted against ``grading/reference/zero.py``
-(stage 1 none in backward: a step that reduces again shows), and a step must not warn about a
-deprecated collective.
+unsharded parameters with the mean gradient. The memory is measured before the checkpoint and
+after the last step, three ways (``optimizer_memory``): what the optimizer reaches must be its state
+for this rank's shard (AdamW: 2 x shard x 4 bytes per group, at most 2 slots of ceil(N / d) + 64
+bytes); other tensors made since it was built at most 64 bytes; the whole process's growth at most
+state and gradient shard + 1 MiB (a case of 525,312 values makes hidden full-size state megabytes).
+The collectives of backward and step are counted against ``grading/reference/zero.py`` (stage 1
+none in backward: a step that reduces again shows); a step must not warn about a deprecated one.
 
 Part 4: a two-unit MLP (Linear + GELU, Linear) wrapped in ``ShardedLayer`` runs forward and
 backward on each rank's own batch; outputs, input gradients and each unit's ``shard.grad``
@@ -54,7 +48,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from grading.judge.engine import Case, TestSpec
-from grading.judge.held_memory import held_outside, held_storages, live_storages, storages_of
+from grading.judge.held_memory import held_storages, live_storages, storages_of
+from grading.judge.optimizer_memory import PROCESS_SLACK_BYTES, SMALL_BYTES, process_growth, state_bytes, warm_up
 from grading.judge.process_memory import measure as measure_process
 from grading.judge.process_memory import steady as steady_memory
 from grading.judge.rankside import SubmissionProblem
@@ -66,19 +61,13 @@ DP_SIZES = (2, 4)
 STEPS, LR, BETAS, EPS, WEIGHT_DECAY = 3, 0.05, (0.9, 0.999), 1e-8, 0.1
 #: The second parameter group's own hyperparameters (the first takes the optimizer's defaults).
 SECOND_GROUP = {"lr": 0.02, "betas": (0.8, 0.99), "weight_decay": 0.0}
-#: Bytes an optimizer or a model may hold beyond the exact shards (step counters, small scalars).
-SMALL_BYTES = 64
 #: name -> (shapes, which parameter group each belongs to, index of a frozen parameter or None).
 _PARAMETER_SETS = {"a 5x3 + 5 + 3x5 + 3 MLP (38 values; weights and biases in two groups)":
                    (((5, 3), (5,), (3, 5), (3,)), (0, 1, 0, 1), None),
                    "a 7 + 2x2 model (11 values) and a frozen 3-vector, one group":
                    (((7,), (2, 2), (3,)), (0, 0, 0), 2)}
-#: The case whose state is large enough to see in the process's memory (megabytes: hidden full-size
-#: moments add 4 MiB where the slack is 1 MiB), run once per stage at dp_size=WORLD_SIZE.
+#: A case whose hidden full-size moments (4 MiB) dwarf the 1 MiB slack: once per stage, dp_size=WORLD_SIZE.
 _LARGE_SET = {"a 1024x512 + 1024 layer (525,312 values, one group)": (((1024, 512), (1024,)), (0, 0), None)}
-#: Bytes a rank's process may grow by beyond its optimizer state and gradient shard (the
-#: optimizer's Python objects, the collectives' buffers, the allocator's rounding).
-PROCESS_SLACK_BYTES = 2**20
 HIDDEN, FFN, BATCH = 8, 16, 2
 
 REFERENCE = {
@@ -294,53 +283,15 @@ def _zero_expected(case, data):
             for rank in range(size)]
 
 
-def _process_growth(optimizer, case, params: list, run, before) -> str | None:
-    """None when the rank's process (``process_memory.measure``: heap, resident pages, private files) has grown
-    since ``before`` by no more than this rank's optimizer state and gradient shard, in slots, plus
-    ``PROCESS_SLACK_BYTES``; else what it holds. The gradients are dropped first, as a training loop
-    drops them: ``optimizer.zero_grad()`` (torch's default, set to None), and every ``.grad`` set to None."""
-    optimizer.zero_grad()
-    for param in params:
-        param.grad = None
-    now = measure_process(run.private_folder)
-    grown = now.growth_since(before)
+def _state_limits(case, params: list, run) -> tuple:
+    """(exact, most, allowed) bytes for this rank: its optimizer state for its shard, that state in
+    slots (ceil(N / d) per group) + ``SMALL_BYTES``, and what its process may grow by (state and
+    gradient shard in slots + ``PROCESS_SLACK_BYTES``)."""
     numels = _trainable_numels(case, [p.shape for p in params])
+    per_value = _OPTIMIZERS[case.params["optimizer"]][2]
+    exact = sum(4 * per_value * _shard_lengths(n, run.group_size)[run.group_rank] for n in numels)
     slots = sum(-(-n // run.group_size) for n in numels)
-    allowed = slots * 4 * (_OPTIMIZERS[case.params["optimizer"]][2] + 1) + PROCESS_SLACK_BYTES
-    if grown <= allowed:
-        return None
-    return (f"this rank's process grew by {grown / 2**20:.2f} MiB from before the optimizer was built to after the "
-            f"last step, gradients dropped (heap in use {(now.heap - before.heap) / 2**20:+.2f} MiB, resident pages "
-            f"{(now.resident - before.resident) / 2**20:+.2f} MiB, files {(now.files - before.files) / 2**20:+.2f} MiB), where its optimizer state and gradient shard allow "
-            f"{allowed / 2**20:.2f} MiB (slack included): optimizer state counts however it is kept (NumPy arrays, "
-            "storages, Python lists, mapped memory, files), and this rank's is its shard's")
-
-
-def _state_bytes(optimizer, params: list, case, run, before: set):
-    """The optimizer's measured bytes (a tensor equal to the exact bytes when within 2 slots +
-    SMALL_BYTES of them, and when the rank holds no more than SMALL_BYTES of tensors made since
-    ``before`` that the optimizer does not reach), or a string saying how much more (or less) it holds."""
-    exclude = storages_of(params + [p.grad for p in params])
-    held = held_storages([optimizer], exclude)
-    measured = sum(held.values())
-    numels = _trainable_numels(case, [p.shape for p in params])
-    per_element = 4 * _OPTIMIZERS[case.params["optimizer"]][2]
-    exact = sum(per_element * _shard_lengths(n, run.group_size)[run.group_rank] for n in numels)
-    most = sum(per_element * -(-n // run.group_size) for n in numels) + SMALL_BYTES
-    if exact <= measured <= most:
-        outside = held_outside(before, exclude | set(held), SMALL_BYTES)
-        if sum(outside.values()) <= SMALL_BYTES:
-            return torch.tensor([float(exact)], dtype=torch.float64)
-        return (f"besides the optimizer's {measured} bytes, this rank holds {sum(outside.values())} bytes of "
-                f"tensors made since the optimizer was built that the optimizer does not reach ({len(outside)} "
-                "buffers: a module's globals, a closure, a hook?): optimizer state counts wherever it is kept, "
-                f"and this rank's is its shard's, {exact} bytes")
-    if measured < exact:
-        return (f"the optimizer holds {measured} bytes of tensors besides the parameters and their gradients, "
-                f"less than its state for this rank's shard ({exact} bytes): where is the optimizer's state?")
-    return (f"the optimizer holds {measured} bytes of tensors besides the parameters and their gradients "
-            f"({len(held)} buffers, whatever their names), expected its state for this rank's shard: {exact} bytes "
-            f"(at most {most}): it keeps state for more than its shard")
+    return exact, 4 * per_value * slots + SMALL_BYTES, 4 * (per_value + 1) * slots + PROCESS_SLACK_BYTES
 
 
 def _checkpoint(optimizer, make, run):
@@ -370,14 +321,6 @@ def _zero_step_gradients(case, params: list, grads: dict, step: int, run) -> Non
         sum((param * grad).sum() for param, grad in used if grad is not None).backward()
 
 
-def _warm_up(optimizer_class, defaults: dict) -> None:
-    """One step of ``optimizer_class`` on a throwaway parameter: torch.optim's first step imports
-    modules (megabytes of the process's memory) that are not the optimizer's state."""
-    scratch = nn.Parameter(torch.zeros(4))
-    scratch.grad = torch.ones(4)
-    optimizer_class([scratch], **defaults).step()
-
-
 def _zero_run(objects, case, run, stage: int):
     count, frozen = case.params["count"], case.params["frozen"]
     params = [nn.Parameter(run.tensor(f"p{i}"), requires_grad=i != frozen) for i in range(count)]
@@ -386,7 +329,8 @@ def _zero_run(objects, case, run, stage: int):
     make = lambda: zero_class(_param_groups(params, case), optimizer_class, process_group=run.group,  # noqa: E731
                               **defaults)
     grads = {i: run.tensor(f"g{i}") for i in range(count) if i != frozen}
-    _warm_up(optimizer_class, defaults)
+    exact, most, allowed = _state_limits(case, params, run)
+    warm_up(optimizer_class, defaults)
     steady_memory()
     before = set(live_storages())  # what the rank holds before the optimizer exists
     before_process = measure_process(run.private_folder)
@@ -395,16 +339,16 @@ def _zero_run(objects, case, run, stage: int):
         warnings.simplefilter("always")
         for step in range(STEPS):
             if step == STEPS - 1:
-                held_before = _state_bytes(optimizer, params, case, run, before)
+                held_before = state_bytes(optimizer, params, exact, most, before)
                 optimizer, consolidated = _checkpoint(optimizer, make, run)
             optimizer.zero_grad()
             _zero_step_gradients(case, params, grads, step, run)
             with run.phase(f"step {step + 1}: step"):
                 optimizer.step()
     deprecated = [w for w in caught if issubclass(w.category, FutureWarning) and "deprecated" in str(w.message)]
-    held = held_before if isinstance(held_before, str) else _state_bytes(optimizer, params, case, run, before)
+    held = held_before if isinstance(held_before, str) else state_bytes(optimizer, params, exact, most, before)
     if not isinstance(held, str):
-        held = _process_growth(optimizer, case, params, run, before_process) or held
+        held = process_growth(optimizer, params, allowed, run.private_folder, before_process) or held
     result = run.result(torch.cat([p.detach().reshape(-1) for p in params]), None)
     result["values"] = {_STATE: held,
                         _CONSOLIDATED: consolidated,
