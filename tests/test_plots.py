@@ -11,15 +11,7 @@ from matplotlib.patches import Rectangle  # noqa: E402
 
 from labutils import collectives_bench, costmodel, plots, schedules  # noqa: E402
 from labutils import roofline as rl  # noqa: E402
-
-
-def texts(fig: Figure) -> list[str]:
-    """Every piece of text drawn in the figure (titles, labels, annotations, legend entries)."""
-    return [artist.get_text() for artist in fig.findobj(matplotlib.text.Text) if artist.get_text()]
-
-
-def legend_texts(fig: Figure) -> list[str]:
-    return [text.get_text() for legend in fig.legends for text in legend.get_texts()]
+from figure_text import legend_texts, texts  # noqa: E402
 
 
 def bench_record(op: str, size: int, time_s: float, world_size: int = 2, in_place_only: bool = False) -> dict:

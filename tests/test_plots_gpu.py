@@ -13,15 +13,7 @@ from matplotlib.patches import Rectangle  # noqa: E402
 
 from labutils import plots  # noqa: E402
 from labutils import roofline as rl  # noqa: E402
-
-
-def texts(fig: Figure) -> list[str]:
-    return [artist.get_text() for artist in fig.findobj(matplotlib.text.Text) if artist.get_text()]
-
-
-def legend_texts(fig: Figure) -> list[str]:
-    return [text.get_text() for legend in fig.legends + [ax.get_legend() for ax in fig.axes if ax.get_legend()]
-            for text in legend.get_texts()]
+from figure_text import legend_texts, texts  # noqa: E402
 
 
 def bar_sizes(ax, horizontal: bool = False) -> list[float]:

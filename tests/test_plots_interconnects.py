@@ -10,19 +10,7 @@ import pytest  # noqa: E402
 from matplotlib.patches import Rectangle  # noqa: E402
 
 from labutils import costmodel, interconnects, plots, topology  # noqa: E402
-
-
-def texts(fig) -> list[str]:
-    return [artist.get_text() for artist in fig.findobj(matplotlib.text.Text) if artist.get_text()]
-
-
-def legend_texts(fig) -> list[str]:
-    legends = list(fig.legends) + [ax.get_legend() for ax in fig.axes if ax.get_legend()]
-    return [text.get_text() for legend in legends for text in legend.get_texts()]
-
-
-def bar_widths(ax) -> list[float]:
-    return [patch.get_width() for patch in ax.patches if isinstance(patch, Rectangle)]
+from figure_text import bar_widths, legend_texts, texts  # noqa: E402
 
 
 def test_link_ladder_bars_are_per_direction_with_measurements_last():

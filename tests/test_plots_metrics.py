@@ -11,11 +11,7 @@ from matplotlib.figure import Figure  # noqa: E402
 
 from labutils import collectives_bench, plots  # noqa: E402
 from labutils.plots.base import CourseFigure  # noqa: E402
-
-
-def texts(fig: Figure) -> list[str]:
-    """Every piece of text drawn in the figure (titles, labels, annotations, legend entries)."""
-    return [artist.get_text() for artist in fig.findobj(matplotlib.text.Text) if artist.get_text()]
+from figure_text import texts  # noqa: E402
 
 
 def bar_heights(ax) -> list[float]:

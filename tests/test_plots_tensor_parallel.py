@@ -9,14 +9,7 @@ import pytest  # noqa: E402
 from matplotlib.patches import Rectangle  # noqa: E402
 
 from labutils import plots  # noqa: E402
-
-
-def texts(fig) -> list[str]:
-    return [artist.get_text() for artist in fig.findobj(matplotlib.text.Text) if artist.get_text()]
-
-
-def bar_heights(ax) -> list[float]:
-    return [patch.get_height() for patch in ax.patches if isinstance(patch, Rectangle)]
+from figure_text import bar_heights, texts  # noqa: E402
 
 
 def test_tp_sharding_one_block_per_rank_in_each_layout():

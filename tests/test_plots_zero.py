@@ -11,15 +11,7 @@ from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.patches import Rectangle  # noqa: E402
 
 from labutils import costmodel, plots  # noqa: E402
-
-
-def texts(fig: Figure) -> list[str]:
-    return [artist.get_text() for artist in fig.findobj(matplotlib.text.Text) if artist.get_text()]
-
-
-def legend_texts(fig: Figure) -> list[str]:
-    legends = list(fig.legends) + [ax.get_legend() for ax in fig.axes if ax.get_legend()]
-    return [text.get_text() for legend in legends for text in legend.get_texts()]
+from figure_text import legend_texts, texts  # noqa: E402
 
 
 def test_bytes_per_parameter_bars_stack_the_three_parts():
