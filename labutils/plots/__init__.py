@@ -92,6 +92,7 @@ from labutils.plots.tensor_parallel import (
     tp_sharding,
 )
 from labutils.plots.comm_bound import comm_vs_compute
+from labutils.plots.profile import step_timeline
 from labutils.plots.fp8 import fp8_scale_sweep
 from labutils.plots.strategy import (
     aux_loss_vs_skew,
@@ -101,6 +102,7 @@ from labutils.plots.strategy import (
     scaling_against_model,
 )
 from labutils.plots.scale_memory import overlap_timeline, recompute_tradeoff
+from labutils.plots.checkpoint import checkpoint_bytes_per_rank, checkpoint_waste
 
 __all__ = [
     "GB",
@@ -174,7 +176,10 @@ __all__ = [
     "parallel_layout",
     "scaling_against_model",
     "comm_vs_compute",
+    "step_timeline",
     "fp8_scale_sweep",
     "overlap_timeline",
     "recompute_tradeoff",
+    "checkpoint_bytes_per_rank",
+    "checkpoint_waste",
 ]
