@@ -36,14 +36,14 @@ def no_leftover_processes_after_the_module():
 
 
 def _attack_lab(lab: str) -> GradedLab:
-    graded = GradedLab(lab, rank_timeout_s=30.0, given_cells=("setup", "check_helpers", "given_mappings", "given_slots"))
+    graded = GradedLab(lab, rank_timeout_s=120.0, given_cells=("setup", "check_helpers", "given_mappings", "given_slots"))
     graded.fixtures_dir = os.path.join(ATTACKS_DIR, lab)
     return graded
 
 
 def _verdict(lab: str, namespace: dict, test: str):
     objects = {name: namespace[name] for name in engine.load_lab(lab).TESTS[test].objects}
-    return engine.run_test(lab, test, list(objects), client.dumps(objects), {}, rank_timeout_s=30, backend="gloo", seed=5)
+    return engine.run_test(lab, test, list(objects), client.dumps(objects), {}, rank_timeout_s=120, backend="gloo", seed=5)
 
 
 ATTACKS = [(lab, name) for lab in ATTACK_LABS for name in _attack_lab(lab).fixture_names()]
