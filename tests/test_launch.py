@@ -383,6 +383,17 @@ def test_a_rank_spinning_in_python_times_out_with_its_stack():
         assert pool.run(dist.get_rank) == [0, 1]
 
 
+@pytest.fixture
+def interrupt_raises():
+    """Ctrl-C raises KeyboardInterrupt in this process, as in a notebook's kernel, also when the test
+    run was started in the background by a script (``make test &``): such a shell starts its
+    background jobs with SIGINT ignored, and Python keeps a SIGINT it inherits ignored."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+@pytest.mark.usefixtures("interrupt_raises")
 def test_interrupt_stops_every_rank_within_3_seconds():
     with labutils.Pool(2) as pool:
         pids = pool.run(os.getpid)
@@ -395,6 +406,7 @@ def test_interrupt_stops_every_rank_within_3_seconds():
         assert len(pool.run(os.getpid)) == 2
 
 
+@pytest.mark.usefixtures("interrupt_raises")
 def test_interrupt_while_the_first_launch_starts_leaves_nothing_behind():
     labutils.shutdown()  # no template yet: the interrupt lands while it imports torch
     timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))
