@@ -14,12 +14,12 @@ STAMP  := $(VENV)/.installed
 
 # torch is installed first with its exact pin, so no resolver ever picks another build. On a
 # GPU node (nvidia-smi answers) the pin comes from PyTorch's index for the newest CUDA the
-# driver runs (labutils/cuda_build.py; the plain pin if that index lacks it); on a CPU
+# driver runs (labutils/devices/cuda_build.py; the plain pin if that index lacks it); on a CPU
 # machine the plain pin takes the CPU wheel.
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	index="$$($(BIN)/python labutils/cuda_build.py --index-url)"; \
+	index="$$($(BIN)/python labutils/devices/cuda_build.py --index-url)"; \
 	if [ -n "$$index" ]; then $(BIN)/python -m pip install -q torch==2.13.0 --index-url "$$index" || $(BIN)/python -m pip install -q torch==2.13.0; \
 	else $(BIN)/python -m pip install -q torch==2.13.0; fi
 	$(BIN)/python -m pip install -q -e '.[course,test]'

@@ -8,7 +8,7 @@ It runs, in order, each step with a share of an 8-minute budget: the GPU-marked 
 (``pytest -m "gpu or multigpu"``); in a process of their own (so this one holds no GPU
 memory during the NCCL steps), device memcpy bandwidth against the datasheet's HBM peak
 (1 GiB, and a cold 16 MiB copy: L2 flushed before every call) and bf16/fp16/fp32 matmul
-against the datasheet's dense tensor peak (labutils.roofline.DEVICES: NVIDIA's
+against the datasheet's dense tensor peak (labutils.costmodel.roofline.DEVICES: NVIDIA's
 H100/H200/A100/... datasheets); the timed chapters (1, 8, 10: DDP step, tensor-parallel
 MLP, DDP step + all-reduce) QUICK on NCCL with 1 rank and, with 2+ GPUs, one rank per GPU;
 ``labutils bench all_reduce`` with one rank per visible GPU (NCCL; with one rank the bus
@@ -71,8 +71,8 @@ def run_step(command: list[str], timeout_s: float, env: dict | None = None) -> d
 
 def gpu_absent_reason() -> str | None:
     """Why nothing can be measured here (no visible GPU, CUDA not usable); ``None`` on a GPU node."""
-    from labutils.backend import visible_gpu_count
-    from labutils.cuda_probe import cuda_health
+    from labutils.devices.backend import visible_gpu_count
+    from labutils.devices.cuda_probe import cuda_health
 
     if visible_gpu_count() == 0:
         return "no CUDA GPU visible"
@@ -81,8 +81,8 @@ def gpu_absent_reason() -> str | None:
 
 
 def datasheet_device(name: str):
-    """The ``labutils.roofline.DEVICES`` entry whose key appears in the GPU's name ("NVIDIA H100 ..." -> h100)."""
-    from labutils import roofline
+    """The ``labutils.costmodel.roofline.DEVICES`` entry whose key appears in the GPU's name ("NVIDIA H100 ..." -> h100)."""
+    from labutils.costmodel import roofline
 
     return next((device for key, device in roofline.DEVICES.items() if key in name.lower()), None)
 
@@ -91,8 +91,8 @@ def environment() -> dict:
     """Device name, driver, CUDA and torch versions, and each visible GPU's clocks and power now."""
     import torch
 
-    from labutils import hardware
-    from labutils.gpu_state import gpu_state
+    from labutils.machine import hardware
+    from labutils.machine.gpu_state import gpu_state
 
     report = hardware.gpu_report()
     visible = [gpu for gpu in report.gpus if gpu.cuda_ordinal is not None]
@@ -117,7 +117,7 @@ def run_gpu_tests(timeout_s: float = 180.0) -> dict:
 
 def measure_single_gpu(device_name: str) -> dict:
     """memcpy (1 GiB) and matmul (8192^3) on cuda:0, each beside the datasheet's peak."""
-    from labutils import bench
+    from labutils.measure import bench
 
     sheet = datasheet_device(device_name)
     copy = bench.memcpy_bandwidth(nbytes=2**30, device="cuda:0")
@@ -147,7 +147,7 @@ def single_gpu_in_subprocess(device_name: str, timeout_s: float) -> dict:
 def measure_all_reduce(world_size: int, timeout_s: float = 120.0) -> dict:
     """``labutils bench all_reduce`` on every visible GPU: the command, its table and the largest
     size's bandwidth (busbw; algbw with one rank, where busbw = algbw x 2(n-1)/n is 0)."""
-    from labutils.collectives_bench import format_nccl_tests
+    from labutils.measure.collectives_bench import format_nccl_tests
 
     command = [sys.executable, "-m", "labutils", "bench", "all_reduce", "--world-size", str(world_size),
                "-b", "8", "-e", ALL_REDUCE_MAX, "-f", "2", "--backend", "nccl", "--json"]
@@ -258,7 +258,7 @@ def append_entry(path: Path, entry: str) -> None:
 
 def measure(run_tests: bool = True) -> dict:
     """Everything the entry reports, on this GPU node, within :data:`BUDGET_S`."""
-    from labutils.gpu_state import gpu_state, state_text
+    from labutils.machine.gpu_state import gpu_state, state_text
 
     budget, env = Budget(), environment()
     gpus = max(1, env["gpus"])

@@ -150,7 +150,7 @@ def rank_template_overhead_s(work: str, repeats: int = 3) -> tuple:
     import json
 
     from grading.autograder.sandbox import find_bwrap, judge_rank_wrapper
-    from labutils._starters import RANK_WRAPPER_ENV
+    from labutils.ranks._starters import RANK_WRAPPER_ENV
 
     folder = os.path.join(work, "ranks")
     os.makedirs(folder)

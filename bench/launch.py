@@ -135,7 +135,7 @@ def ours_first_launch(n: int) -> dict:
         import labutils
         marks["labutils imported"] = time.monotonic()
         import json
-        from labutils import _ranklinks, _starters, pool
+        from labutils.ranks import _ranklinks, _starters, pool
 
         def marking(fn, event):
             def wrapped(*args, **kwargs):

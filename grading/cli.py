@@ -18,7 +18,7 @@ import argparse
 import importlib
 import sys
 
-from labutils.cli import UsageError  # one kind of user error for both commands: printed as one line
+from labutils.command.cli import UsageError  # one kind of user error for both commands: printed as one line
 
 __all__ = ["UsageError", "build_parser", "main"]
 
@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     verb = argv[0] if argv else None
     if verb in FORWARDED:
-        from labutils.cli import main as labutils_main
+        from labutils.command.cli import main as labutils_main
 
         return labutils_main(argv)
     parser = build_parser(verb if verb in SUBCOMMANDS else None)

@@ -102,7 +102,7 @@ def _check_options(args) -> str:
             raise UsageError(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
     if args.memory_limit is not None and not args.memory_limit >= 0:
         raise UsageError(f"--memory-limit must be 0 (no cap) or a positive number of GiB, got {args.memory_limit}")
-    from labutils.backend import BackendUnavailableError, choose_backend
+    from labutils.devices.backend import BackendUnavailableError, choose_backend
 
     try:
         choose_backend(args.backend, JUDGE_WORLD_SIZE)

@@ -15,7 +15,7 @@ the notebook goes on, so the first launch finds it ready (``LABUTILS_PRESTART=0`
 """
 import sys as _sys
 
-from labutils import _starters
+from labutils.ranks import _starters
 
 
 def _in_ipython() -> bool:
@@ -27,15 +27,15 @@ def _in_ipython() -> bool:
 if _in_ipython():
     _starters.prestart()
 
-from labutils import rank  # labutils.rank.device(): this rank's device ("cpu" outside a rank)
-from labutils.errors import (
+from labutils.ranks import rank  # labutils.rank.device(): this rank's device ("cpu" outside a rank)
+from labutils.ranks.errors import (
     LaunchError,
     RankDiedError,
     RankError,
     RankTimeoutError,
 )
-from labutils.launch import launch
-from labutils.pool import Pool, shutdown
+from labutils.ranks.launch import launch
+from labutils.ranks.pool import Pool, shutdown
 
 __all__ = [
     "launch",
@@ -53,6 +53,6 @@ __version__ = "0.1.0"
 
 def load_ipython_extension(ipython):
     """`%load_ext labutils`: registers the `%%distributed` cell magic."""
-    from labutils.magic import register
+    from labutils.ranks.magic import register
 
     register(ipython)

@@ -1,4 +1,4 @@
 """`python -m labutils ...` is the `labutils` command (also usable as `torchrun -m labutils run ...`)."""
-from labutils.cli import main
+from labutils.command.cli import main
 
 raise SystemExit(main())

@@ -1,7 +1,7 @@
 """Shared fixtures: every test that starts ranks must leave no process behind; the chapters'
 QUICK run, executed once for every test that reads it (the chapters' tests, the website).
 
-Every launch checks NCCL's rules (``LABUTILS_STRICT_COLLECTIVES=1``, see labutils.strict),
+Every launch checks NCCL's rules (``LABUTILS_STRICT_COLLECTIVES=1``, see labutils.ranks.strict),
 and a run that does not select GPU tests (``-m "gpu or multigpu"``, as ``make gpu-check``
 does) sees no GPU at all (``CUDA_VISIBLE_DEVICES=""``, set before torch initialises CUDA), so
 ``make test`` runs the same way on a GPU node as on a laptop.

@@ -11,7 +11,7 @@ import time
 
 #: Command-line fragments of the processes labutils starts (template and ranks forked from it,
 #: or spawned rank interpreters).
-LABUTILS_COMMANDS = ("labutils._template", "labutils._worker")
+LABUTILS_COMMANDS = ("labutils.ranks._template", "labutils.ranks._worker")
 
 
 def _stat_fields(pid: int, task: int | None = None) -> list[str] | None:
@@ -95,7 +95,7 @@ def labutils_processes_under(pid: int) -> set[int]:
 def rank_processes(labutils_pids: set[int]) -> set[int]:
     """The ranks among ``labutils_pids``: spawned workers, or processes forked by the template."""
     return {p for p in labutils_pids
-            if "labutils._worker" in command_line(p) or parent_pid(p) in labutils_pids}
+            if "labutils.ranks._worker" in command_line(p) or parent_pid(p) in labutils_pids}
 
 
 def wait_until_gone(pids, timeout_s: float) -> set[int]:

@@ -1,4 +1,4 @@
-"""labutils.bench: single-device copy, transfer, matmul and op measurements (CPU; GPU tests marked)."""
+"""labutils.measure.bench: single-device copy, transfer, matmul and op measurements (CPU; GPU tests marked)."""
 from __future__ import annotations
 
 import time
@@ -6,7 +6,8 @@ import time
 import pytest
 import torch
 
-from labutils import bench, roofline
+from labutils.costmodel import roofline
+from labutils.measure import bench
 
 needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 needs_no_gpu = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the behaviour without a GPU")
@@ -166,7 +167,7 @@ def test_op_throughput_writes_into_preallocated_outputs():
     for dtype in ("float32", "bfloat16"):
         results = bench.op_throughput(shape=(64, 256), dtype=dtype, iters=2, warmup=1)
         assert [r.op for r in results] == ["add", "softmax", "layernorm"]
-    from labutils.bench import _op_function
+    from labutils.measure.bench import _op_function
 
     x = torch.randn(8, 16)
     for op, expected in (("add", x + 1), ("softmax", torch.softmax(x, -1)),
@@ -183,7 +184,7 @@ def test_layernorm_moves_the_bytes_the_roofline_counts():
     tensor and copies it out (three copy_ calls, about twice the bytes roofline.layernorm counts)."""
     from torch.profiler import profile
 
-    from labutils.bench import _op_function
+    from labutils.measure.bench import _op_function
 
     run = _op_function("layernorm", torch.randn(64, 256))
     with profile() as trace:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from labutils import cli
+from labutils.command import cli
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -84,7 +84,7 @@ def test_runs_under_torchrun_and_rank_0_prints():
 
 
 def test_wrong_elements_give_exit_status_1(monkeypatch, capsys):
-    from labutils import collectives_bench as cb
+    from labutils.measure import collectives_bench as cb
 
     real_bench = cb.collective_bench
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from labutils import topology
+from labutils.machine import topology
 from labutils.checks import interconnects as check
 
 PCIE5 = 32 * 16 * 128 / 130 / 8  # GB/s per direction

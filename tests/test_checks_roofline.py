@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from labutils import roofline as rl
+from labutils.costmodel import roofline as rl
 from labutils.checks import roofline as check
 
 

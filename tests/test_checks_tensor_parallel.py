@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from labutils import costmodel, strategy
+from labutils import costmodel
+from labutils.costmodel import strategy
 from labutils.checks import tensor_parallel as check
 
 

@@ -4,7 +4,7 @@ import sys
 
 import pytest
 
-from labutils import cli, usage
+from labutils.command import cli, usage
 
 
 @pytest.mark.parametrize("command", ["grade", "nightly"])
@@ -17,7 +17,7 @@ def test_instructor_commands_point_to_course_in_one_line(command, capsys):
 
 
 def test_instructor_commands_import_nothing_of_grading_or_the_nightly():
-    code = ("import sys; from labutils.cli import main; main(['grade', 'x']); main(['nightly']); "
+    code = ("import sys; from labutils.command.cli import main; main(['grade', 'x']); main(['nightly']); "
             "print(sorted(m for m in sys.modules if m.startswith(('grading', 'labutils.grade', 'labutils.nightly'))))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.stdout.strip() == "[]"

@@ -1,4 +1,4 @@
-"""labutils.collectives_bench: nccl-tests' sizes, algbw/busbw, #wrong and table, on 2 gloo ranks."""
+"""labutils.measure.collectives_bench: nccl-tests' sizes, algbw/busbw, #wrong and table, on 2 gloo ranks."""
 from __future__ import annotations
 
 import time
@@ -6,7 +6,7 @@ import time
 import pytest
 
 import labutils
-from labutils import collectives_bench as cb
+from labutils.measure import collectives_bench as cb
 from labutils import costmodel
 
 RECORD_KEYS = {"op", "world_size", "backend", "size", "count", "type", "redop", "root",
@@ -307,7 +307,7 @@ def test_fit_says_alpha_includes_torchs_per_call_cost():
 def test_check_in_chunks_matches_the_whole_answer(monkeypatch):
     import torch
 
-    from labutils import collectives_check as check
+    from labutils.measure import _collectives_check as check
 
     monkeypatch.setattr(check, "CHUNK_ELEMENTS", 7)  # many chunks, none aligned with the period of 4
     for redop in cb.REDOPS:
@@ -331,7 +331,7 @@ def test_check_in_chunks_matches_the_whole_answer(monkeypatch):
 def test_in_place_only_ops_allocate_no_send_buffer():
     import torch
 
-    from labutils.collectives_check import Case
+    from labutils.measure._collectives_check import Case
 
     for op in ("all_reduce", "broadcast"):
         lay = cb.layout(op, 4096, 4, 8)

@@ -1,4 +1,4 @@
-"""labutils.commtrace: recording torch.distributed calls (2 gloo ranks), patching and restoring."""
+"""labutils.measure.commtrace: recording torch.distributed calls (2 gloo ranks), patching and restoring."""
 from __future__ import annotations
 
 import pytest
@@ -6,7 +6,7 @@ import torch
 import torch.distributed as dist
 
 import labutils
-from labutils import commtrace
+from labutils.measure import commtrace
 
 
 @pytest.fixture(scope="module")
@@ -201,7 +201,7 @@ def _fsdp2_step():
     import torch.distributed as dist
     from torch.distributed.fsdp import fully_shard
 
-    from labutils import commtrace
+    from labutils.measure import commtrace
 
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Linear(8, 8))

@@ -1,11 +1,11 @@
-"""labutils.context_parallel: ring attention and Ulysses on 3 gloo ranks match dense attention."""
+"""labutils.kernels.context_parallel: ring attention and Ulysses on 3 gloo ranks match dense attention."""
 from __future__ import annotations
 
 import pytest
 import torch
 
 import labutils
-from labutils import context_parallel as cp
+from labutils.kernels import context_parallel as cp
 
 SHAPE = dict(batch=2, heads=6, seq_len=24, head_width=8)   # 6 heads and 24 positions split over 3 ranks
 
@@ -24,8 +24,8 @@ def _qkv(batch, heads, seq_len, head_width, seed=0):
 def _both_kernels(shape, causal):
     """Each rank: its blocks of Q, K, V -> (ring output, Ulysses output, ring bytes sent, all-to-all bytes)."""
     import torch.distributed as dist
-    from labutils import commtrace
-    from labutils import context_parallel as cp
+    from labutils.measure import commtrace
+    from labutils.kernels import context_parallel as cp
 
     rank, n = dist.get_rank(), dist.get_world_size()
     q, k, v = (cp.sequence_block(t, rank, n) for t in _qkv(**shape))

@@ -6,7 +6,7 @@ import os
 import subprocess
 import sys
 
-from labutils import cli, doctor
+from labutils.command import cli, doctor
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -87,7 +87,7 @@ def test_environment_text_without_torch():
 
 
 def test_doctor_says_which_gpus_the_hub_assigned(monkeypatch):
-    from labutils.doctor import gpu_mask, gpu_mask_text
+    from labutils.command.doctor import gpu_mask, gpu_mask_text
 
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     assert "not set: every GPU" in gpu_mask_text(gpu_mask())

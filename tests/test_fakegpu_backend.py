@@ -4,8 +4,8 @@ from __future__ import annotations
 import pytest
 from fakegpu import FABRIC_MANAGER_DOWN, FakeGpuNode, gpu_uuid, h100, h100s, mig_1g
 
-from labutils import backend
-from labutils.backend import BackendUnavailableError, choose_backend, visible_cuda_devices, visible_gpu_count
+from labutils.devices import backend
+from labutils.devices.backend import BackendUnavailableError, choose_backend, visible_cuda_devices, visible_gpu_count
 
 pytestmark = pytest.mark.fakegpu
 

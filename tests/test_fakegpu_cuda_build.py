@@ -6,8 +6,9 @@ import os
 import pytest
 from fakegpu import FakeGpuNode, h100, h100s
 
-from labutils import cuda_build, doctor, gpu_exclusive
-from labutils.backend import BackendUnavailableError, choose_backend
+from labutils.command import doctor
+from labutils.devices import cuda_build, gpu_exclusive
+from labutils.devices.backend import BackendUnavailableError, choose_backend
 
 pytestmark = pytest.mark.fakegpu
 

@@ -6,8 +6,8 @@ import pickle
 import pytest
 from fakegpu import FakeGpuNode, h100s
 
-from labutils import _replies, pool as pool_module
-from labutils.messages import Failed
+from labutils.ranks import _replies, pool as pool_module
+from labutils.ranks._messages import Failed
 
 pytestmark = pytest.mark.fakegpu
 
@@ -75,7 +75,8 @@ def _examples():
     import re
     from pathlib import Path
 
-    from labutils import launch, magic
+    from labutils import launch
+    from labutils.ranks import magic
 
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
     return re.findall(r"```python\n(.*?)```", readme, re.S) + [launch.__doc__, magic.__doc__]

@@ -48,7 +48,7 @@ def test_a_node_whose_cuda_cannot_start_is_not_measured(monkeypatch, capsys, tmp
 
 def _faked_figures(gpu_checks):
     """The environment read through the faked node, with measured figures made up for the test."""
-    from labutils.gpu_state import state_text
+    from labutils.machine.gpu_state import state_text
 
     env = gpu_checks.environment()
     sheet = gpu_checks.datasheet_device(env["device"])

@@ -6,8 +6,10 @@ import json
 import pytest
 from fakegpu import FABRIC_MANAGER_DOWN, FakeGpuNode, h100, h100s, mig_1g
 
-from labutils import cli, collectives_bench, doctor, hardware, topology
-from labutils.gpu_state import gpu_state, state_text, throttle_reasons
+from labutils.command import cli, doctor
+from labutils.machine import hardware, topology
+from labutils.measure import collectives_bench
+from labutils.machine.gpu_state import gpu_state, state_text, throttle_reasons
 
 pytestmark = pytest.mark.fakegpu
 

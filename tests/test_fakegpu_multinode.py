@@ -6,8 +6,8 @@ import torch
 import torch.distributed as dist
 from fakegpu import FakeGpuNode, h100s
 
-from labutils import multinode
-from labutils.usage import UsageError
+from labutils.ranks import multinode
+from labutils.command.usage import UsageError
 
 pytestmark = pytest.mark.fakegpu
 

@@ -8,7 +8,7 @@ import torch
 import torch.distributed as dist
 
 import labutils
-from labutils import strict
+from labutils.ranks import strict
 
 pytestmark = [pytest.mark.fakegpu, pytest.mark.usefixtures("no_leftover_processes")]
 
@@ -173,7 +173,7 @@ COMPUTING = 'File "/x/model.py", line 3, in forward\n'
 
 
 def _notice_after(monkeypatch, stacks, seconds):
-    from labutils import _replies
+    from labutils.ranks import _replies
 
     clock = _Clock()
     monkeypatch.setattr(_replies.time, "monotonic", clock)

@@ -6,7 +6,8 @@ import pytest
 import torch
 from fakegpu.cuda_clock import FakeCudaClock
 
-from labutils import bench, cuda_timing
+from labutils.measure import _cuda_timing as cuda_timing
+from labutils.measure import bench
 
 pytestmark = pytest.mark.fakegpu
 CUDA0 = torch.device("cuda", 0)
@@ -52,7 +53,7 @@ def _timed_with_collectives(group_name, one_call_s):
     import torch.distributed as dist
     from fakegpu.cuda_clock import FakeCudaClock
 
-    from labutils import bench
+    from labutils.measure import bench
 
     issued = []
     clock = FakeCudaClock(cold_s=one_call_s[dist.get_rank()])
@@ -82,7 +83,7 @@ def _rank_zero_times_alone():
     import torch.distributed as dist
     from fakegpu.cuda_clock import FakeCudaClock
 
-    from labutils import bench
+    from labutils.measure import bench
 
     dist.barrier()
     if dist.get_rank() != 0:

@@ -1,11 +1,12 @@
-"""labutils.fp8: the OCP formats against torch's dtypes, scaling, round-trip errors, the FP8 all-gather."""
+"""labutils.kernels.fp8: the OCP formats against torch's dtypes, scaling, round-trip errors, the FP8 all-gather."""
 from __future__ import annotations
 
 import pytest
 import torch
 
-from labutils import fp8, plots
-from labutils.launch import launch
+from labutils import plots
+from labutils.kernels import fp8
+from labutils.ranks.launch import launch
 
 
 @pytest.mark.parametrize("name", ["e4m3", "e5m2"])

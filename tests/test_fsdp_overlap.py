@@ -1,9 +1,9 @@
-"""labutils.fsdp_overlap: prefetch timelines and HSDP against full sharding, by hand-computed cases."""
+"""labutils.costmodel.fsdp_overlap: prefetch timelines and HSDP against full sharding, by hand-computed cases."""
 from __future__ import annotations
 
 import pytest
 
-from labutils import fsdp_overlap as fo
+from labutils.costmodel import fsdp_overlap as fo
 
 
 def test_without_prefetch_every_collective_is_exposed():

@@ -234,7 +234,7 @@ harness.__globals__["_as_bytes"] = explode
 frame = sys._getframe()
 while frame is not None and "ctrl" not in frame.f_locals:
     frame = frame.f_back
-sys.modules["labutils._wire"].send(frame.f_locals["ctrl"], _Bomb())
+sys.modules["labutils.ranks._wire"].send(frame.f_locals["ctrl"], _Bomb())
 ''',
 }
 
@@ -273,7 +273,7 @@ def test_the_kernel_side_client_prints_the_verdict_and_fails_in_one_line(capsys,
 
 @pytest.mark.multigpu
 def test_the_judge_runs_the_hidden_tests_on_nccl_with_one_gpu_per_rank(solution):
-    from labutils.backend import visible_gpu_count
+    from labutils.devices.backend import visible_gpu_count
 
     if visible_gpu_count() < 4:
         pytest.skip(f"needs 4 CUDA GPUs for NCCL with one GPU per rank ({visible_gpu_count()} visible)")

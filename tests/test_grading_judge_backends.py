@@ -199,7 +199,7 @@ def test_all_gather_into_tensor_and_reduce_scatter_tensor_take_a_stacked_tensor_
 # ----- grading workers on GPUs of their own --------------------------------------------------------------
 
 def test_four_grading_workers_on_an_eight_gpu_node_get_two_disjoint_gpus_each():
-    from labutils.cuda_visible import VisibleDevice
+    from labutils.devices.cuda_visible import VisibleDevice
 
     from grading.autograder.judge_service import worker_gpus
 
@@ -233,8 +233,8 @@ def test_each_workers_judge_process_starts_with_that_workers_gpus(monkeypatch, t
 
 
 def test_grading_on_nccl_with_too_few_gpus_per_worker_is_refused_before_any_work(monkeypatch):
-    from labutils import backend as labutils_backend
-    from labutils.cuda_visible import VisibleDevice
+    from labutils.devices import backend as labutils_backend
+    from labutils.devices.cuda_visible import VisibleDevice
 
     from grading.cli import UsageError
 

@@ -15,7 +15,7 @@ import torch
 
 import labutils
 from graded_lab import GradedLab
-from labutils import _starters
+from labutils.ranks import _starters
 from proctree import describe, descendants, wait_until_gone
 
 from grading.autograder import rank_guard

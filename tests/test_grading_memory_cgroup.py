@@ -113,7 +113,7 @@ def test_the_judges_ranks_run_in_the_cgroup_and_a_hog_among_them_is_killed(tmp_p
         from grading.judge.server import sandbox_ranks
         sandbox_ranks({str(tmp_path)!r}, "gloo", 0, {made.procs!r})
         import labutils
-        from labutils.errors import RankDiedError
+        from labutils.ranks.errors import RankDiedError
 
         def in_cgroup():
             return open("/proc/self/cgroup").read()

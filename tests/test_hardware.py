@@ -1,4 +1,4 @@
-"""labutils.hardware: GPU inventory (NVML), CPUs and NUMA, live topology, peer access.
+"""labutils.machine.hardware: GPU inventory (NVML), CPUs and NUMA, live topology, peer access.
 
 On this CPU machine the NVML paths run against a fake pynvml module and sysfs/procfs
 against fake trees under tmp_path; the real-GPU checks are marked ``gpu``.
@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from labutils import hardware
-from labutils.backend import visible_gpu_count
-from labutils.topology import Topology
+from labutils.machine import hardware
+from labutils.devices.backend import visible_gpu_count
+from labutils.machine.topology import Topology
 
 SHIPPED_TOPO = Path(__file__).resolve().parents[1] / "labutils" / "data" / "topo"  # real outputs, as captured
 
@@ -294,7 +294,7 @@ def test_everything_answers_cleanly_on_this_cpu_machine():
 def test_import_does_not_load_torch_or_pynvml():
     import subprocess
 
-    code = "import sys, labutils.hardware; print('torch' in sys.modules, 'pynvml' in sys.modules)"
+    code = "import sys, labutils.machine.hardware; print('torch' in sys.modules, 'pynvml' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.split() == ["False", "False"]
 

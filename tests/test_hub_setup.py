@@ -209,7 +209,7 @@ def _spawned_environment(tmp_path, monkeypatch, user: str) -> dict:
 def test_every_server_on_the_hub_gets_the_check_my_lab_button(tmp_path, monkeypatch):
     from test_jupyter_check import button_setup
 
-    from labutils.jupyter_check import COURSE_JUPYTER_CONFIG
+    from labutils.command.jupyter_check import COURSE_JUPYTER_CONFIG
 
     hub_dir = Path(start.__file__).parent
     for role in shared.ROLES:  # what the hub copies into the shared folder at start
@@ -220,7 +220,7 @@ def test_every_server_on_the_hub_gets_the_check_my_lab_button(tmp_path, monkeypa
         folders = [Path(p) for p in _spawned_environment(tmp_path, monkeypatch, user)["JUPYTER_CONFIG_PATH"].split(os.pathsep)]
         assert folders == [tmp_path / "shared" / "config" / own, course_config], folders
         setup = button_setup(folders)
-        assert setup["jpserver_extensions"]["labutils.jupyter_check"] is True, setup
+        assert setup["jpserver_extensions"]["labutils.command.jupyter_check"] is True, setup
         assert setup["labextensions"] == {"labutils-check": course_config / "labextensions" / "labutils-check"}
         if user == "ana":  # the student's own folder still switches the instructors' panels off
             assert setup["jpserver_extensions"]["nbgrader.server_extensions.formgrader"] is False

@@ -1,10 +1,10 @@
-"""labutils.interconnects: link bandwidths agree with the PCI-SIG, NVIDIA and InfiniBand Trade Association
+"""labutils.machine.interconnects: link bandwidths agree with the PCI-SIG, NVIDIA and InfiniBand Trade Association
 figures, per direction vs both ways kept apart."""
 from __future__ import annotations
 
 import pytest
 
-from labutils import interconnects
+from labutils.machine import interconnects
 
 GB = 1e9
 

@@ -1,4 +1,4 @@
-"""The "Check my lab" button's set-up and server side (labutils/jupyter_check.py): the course's
+"""The "Check my lab" button's set-up and server side (labutils/command/jupyter_check.py): the course's
 Jupyter configuration enables both halves, and the prebuilt JupyterLab extension is built from
 the source beside it; a Jupyter server started with that configuration answers
 POST /labutils/check, refuses paths outside its folder, and passes on labutils check's own
@@ -26,8 +26,8 @@ import nbformat
 import psutil
 import pytest
 
-from labutils import jupyter_check
-from labutils.jupyter_check import COURSE_JUPYTER_CONFIG, NotebookOutsideRoot, resolve_inside, run_check
+from labutils.command import jupyter_check
+from labutils.command.jupyter_check import COURSE_JUPYTER_CONFIG, NotebookOutsideRoot, resolve_inside, run_check
 
 ROOT = Path(__file__).resolve().parents[1]
 #: Seconds the server may take to answer /api/status (2 busy cores: a few seconds).
@@ -65,7 +65,7 @@ def button_setup(config_dirs: list[Path]) -> dict:
 
 def test_the_course_configuration_enables_the_server_side_and_finds_the_button():
     setup = button_setup([COURSE_JUPYTER_CONFIG])
-    assert setup["jpserver_extensions"] == {"labutils.jupyter_check": True}
+    assert setup["jpserver_extensions"] == {"labutils.command.jupyter_check": True}
     assert setup["labextensions"] == {"labutils-check": BUILT}
     built = json.loads((BUILT / "package.json").read_text())
     assert (BUILT / built["jupyterlab"]["_build"]["load"]).is_file()

@@ -8,7 +8,7 @@ import pytest
 from lab_answers import lab_notebook as _notebook
 from lab_answers import release_with, solution_answers
 
-from labutils.cli import main as labutils_main
+from labutils.command.cli import main as labutils_main
 
 ROOT = Path(__file__).resolve().parents[1]
 LABS = sorted(p.name for p in (ROOT / "solutions").iterdir() if p.is_dir())

@@ -16,7 +16,7 @@ import torch.distributed as dist
 
 import labutils
 from labutils import RankDiedError, RankError, RankTimeoutError
-from labutils.backend import BackendUnavailableError, visible_gpu_count
+from labutils.devices.backend import BackendUnavailableError, visible_gpu_count
 
 from proctree import describe, descendants, labutils_processes_under, rank_processes, wait_until_gone
 
@@ -165,7 +165,7 @@ def test_launch_after_a_parallel_torch_op_in_the_caller():
 
     [(threads, command)] = labutils.launch(parallel_op_and_origin, 1, timeout=30)
     assert threads == len(os.sched_getaffinity(0))
-    assert "labutils._template" in command or "labutils._worker" in command
+    assert "labutils.ranks._template" in command or "labutils.ranks._worker" in command
 
 
 def test_pool_keeps_ranks_and_state_between_calls():
@@ -524,7 +524,7 @@ def test_torchrun_two_nodes_on_localhost(tmp_path):
 
 
 def test_pool_recovers_when_the_template_is_killed():
-    from labutils import _starters
+    from labutils.ranks import _starters
 
     with labutils.Pool(2) as pool:
         pool.run(os.getpid)
@@ -549,7 +549,7 @@ def test_two_processes_launching_at_once_never_collide(tmp_path):
 
 
 def test_a_rank_that_dies_before_connecting_fails_the_start_by_name(monkeypatch):
-    from labutils import _starters
+    from labutils.ranks import _starters
 
     def spawn_ranks_that_exit_at_once(self, specs):
         pids = []
@@ -587,7 +587,7 @@ def _run_fresh(code: str, **env) -> str:
 def test_the_templates_hello_never_makes_the_caller_import_torch():
     out = _run_fresh("""
         import sys
-        from labutils import _starters
+        from labutils.ranks import _starters
         hello = _starters.get_starter().hello
         assert type(hello.torch_version) is str and hello.torch_version.startswith("2.")
         assert hello.started_at <= hello.imported_at
@@ -601,7 +601,7 @@ def test_importing_labutils_in_ipython_starts_the_template_the_first_launch_uses
         from IPython.core.interactiveshell import InteractiveShell
         InteractiveShell.instance()
         import labutils
-        from labutils import _starters
+        from labutils.ranks import _starters
         early = _starters.current_starter()
         import torch.distributed as dist
         print(type(early).__name__, labutils.launch(dist.get_world_size, 2) == [2, 2],
@@ -611,13 +611,13 @@ def test_importing_labutils_in_ipython_starts_the_template_the_first_launch_uses
 
 
 def test_importing_labutils_outside_ipython_or_with_prestart_off_starts_nothing():
-    out = _run_fresh("import labutils; from labutils import _starters; print(_starters.current_starter())")
+    out = _run_fresh("import labutils; from labutils.ranks import _starters; print(_starters.current_starter())")
     assert out.split() == ["None"]
     out = _run_fresh("""
         from IPython.core.interactiveshell import InteractiveShell
         InteractiveShell.instance()
         import labutils
-        print(labutils._starters.current_starter())
+        print(labutils.ranks._starters.current_starter())
     """, LABUTILS_PRESTART="0")
     assert out.split() == ["None"]
 
@@ -627,7 +627,7 @@ def test_an_early_template_gives_way_to_the_start_method_and_wrapper_asked_for_a
         import json, os
         import torch.distributed as dist
         import labutils
-        from labutils import _starters
+        from labutils.ranks import _starters
         _starters.prestart()
         early = _starters.current_starter()
         os.environ["LABUTILS_START_METHOD"] = "spawn"
@@ -646,7 +646,7 @@ def test_an_early_template_gives_way_to_the_start_method_and_wrapper_asked_for_a
 
 
 def test_stopping_a_template_still_importing_torch_leaves_no_process():
-    from labutils import _starters
+    from labutils.ranks import _starters
 
     labutils.shutdown()
     _starters.prestart()
@@ -658,8 +658,8 @@ def test_stopping_a_template_still_importing_torch_leaves_no_process():
 
 
 def test_a_pid_the_system_reuses_for_a_new_rank_does_not_carry_the_old_ranks_exit():
-    from labutils import _starters
-    from labutils.messages import RankExited, Spawned
+    from labutils.ranks import _starters
+    from labutils.ranks._messages import RankExited, Spawned
 
     starter = _starters.TemplateStarter.__new__(_starters.TemplateStarter)
     starter.statuses, starter._pending = {}, []

@@ -6,7 +6,7 @@ import torch
 import torch.distributed as dist
 
 import labutils
-from labutils.backend import BackendUnavailableError, choose_backend, visible_gpu_count
+from labutils.devices.backend import BackendUnavailableError, choose_backend, visible_gpu_count
 
 pytestmark = pytest.mark.usefixtures("no_leftover_processes")
 GPUS = visible_gpu_count()
@@ -108,7 +108,7 @@ def test_a_failed_nccl_call_retires_the_ranks():
 
 
 def _timed_step_of_uneven_ranks():
-    from labutils import bench
+    from labutils.measure import bench
 
     device = labutils.rank.device()
     size = 256 if dist.get_rank() == 0 else 4096          # rank 1's step is much slower than rank 0's
@@ -135,7 +135,7 @@ def _tensor_on_cuda0():
 @pytest.mark.multigpu
 @pytest.mark.skipif(GPUS < 2, reason=f"needs at least 2 CUDA GPUs ({GPUS} visible)")
 def test_strict_mode_names_a_tensor_on_another_ranks_gpu(monkeypatch):
-    from labutils.strict import CollectiveDeviceError
+    from labutils.ranks.strict import CollectiveDeviceError
 
     monkeypatch.setenv("LABUTILS_STRICT_COLLECTIVES", "1")
     with pytest.raises(CollectiveDeviceError, match="cuda:0, but this rank's device is cuda:1"):

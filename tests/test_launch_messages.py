@@ -13,7 +13,7 @@ import torch.distributed as dist
 
 import labutils
 from labutils import RankDiedError, RankTimeoutError
-from labutils._render import shorten
+from labutils.ranks._render import shorten
 
 pytestmark = pytest.mark.usefixtures("no_leftover_processes")
 

@@ -1,4 +1,4 @@
-"""`labutils model ...` through labutils.cli.main, and once through the installed command."""
+"""`labutils model ...` through labutils.command.cli.main, and once through the installed command."""
 import os
 import shutil
 import subprocess
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from labutils.cli import main
+from labutils.command.cli import main
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -122,7 +122,7 @@ def test_interleaved_constraint_is_checked_before_anything_is_printed(capsys):
 
 def test_console_script():
     script = shutil.which("labutils", path=os.path.dirname(sys.executable))
-    command = [script] if script else [sys.executable, "-m", "labutils"]  # same entry point: labutils.cli:main
+    command = [script] if script else [sys.executable, "-m", "labutils"]  # same entry point: labutils.command.cli:main
     done = subprocess.run(command + ["model", "zero", "--params", "7.5e9", "--world-size", "64"],
                           capture_output=True, text=True, timeout=60, cwd=REPO)
     assert done.returncode == 0 and "31.41" in done.stdout

@@ -1,12 +1,12 @@
-"""labutils.multinode.load_target: module:function from the current folder, with no sys.path edit."""
+"""labutils.ranks.multinode.load_target: module:function from the current folder, with no sys.path edit."""
 from __future__ import annotations
 
 import sys
 
 import pytest
 
-from labutils.multinode import load_target
-from labutils.usage import UsageError
+from labutils.ranks.multinode import load_target
+from labutils.command.usage import UsageError
 
 
 def test_a_module_in_the_current_folder_is_found_without_touching_sys_path(tmp_path, monkeypatch):

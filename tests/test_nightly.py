@@ -159,7 +159,7 @@ def test_markdown_report_has_environment_rows_and_failure_details(full_run):
     _status, _root, out, _results = full_run
     report = (out / "report.md").read_text()
     assert report.index("## Environment") < report.index("## Chapters")
-    assert "torch       " in report and "Backend" in report  # labutils.doctor's environment text
+    assert "torch       " in report and "Backend" in report  # labutils.command.doctor's environment text
     assert "**5 of 10 passed, 5 failed (1 timed out)" in report
     glance = report[report.index("**5 of 10"):report.index("Settings:")]  # what broke, before anything else
     assert "- notebooks/failing.ipynb: failed at cell 4 (In [4]): ValueError: fixture failure: total is 6\n" in glance
@@ -224,7 +224,7 @@ def test_second_run_notebook_timeout_previous_durations_and_fallback_kernel(full
         {"argv": ["/nonexistent/python", "-m", "ipykernel_launcher", "-f", "{connection_file}"],
          "display_name": "elsewhere", "language": "python"}))
     monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter"))
-    monkeypatch.setattr("labutils.backend.visible_gpu_count", lambda: 4)  # as on a 4-GPU node
+    monkeypatch.setattr("labutils.devices.backend.visible_gpu_count", lambda: 4)  # as on a 4-GPU node
     root = make_course(tmp_path / "course", chapters=("passing", "hanging"), lab=False)
     progress = io.StringIO()
     run, out = runner.run_nightly([], root=root, out_dir=first_out.parent / "second", backend="gloo", jobs=2,

@@ -49,7 +49,7 @@ def test_torch_is_pinned_exactly_everywhere():
 
 def test_console_scripts_one_per_audience_and_ci_entry_point():
     scripts = _pyproject()["project"]["scripts"]
-    assert scripts["labutils"] == "labutils.cli:main"  # students
+    assert scripts["labutils"] == "labutils.command.cli:main"  # students
     assert scripts["course"] == "grading.cli:main"  # instructors
     assert set(_pyproject()["tool"]["setuptools"]["packages"]["find"]["include"]) == {"labutils*", "grading*"}
     ci = (ROOT / ".ci" / "run").read_text()

@@ -9,8 +9,10 @@ import pytest  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.patches import Rectangle  # noqa: E402
 
-from labutils import collectives_bench, costmodel, plots, schedules  # noqa: E402
-from labutils import roofline as rl  # noqa: E402
+from labutils import costmodel, plots  # noqa: E402
+from labutils.costmodel import schedules
+from labutils.measure import collectives_bench
+from labutils.costmodel import roofline as rl  # noqa: E402
 from figure_text import legend_texts, texts  # noqa: E402
 
 

@@ -9,7 +9,8 @@ import matplotlib.text  # noqa: E402
 import pytest  # noqa: E402
 from matplotlib.patches import Rectangle  # noqa: E402
 
-from labutils import collectives_bench, costmodel, plots  # noqa: E402
+from labutils import costmodel, plots  # noqa: E402
+from labutils.measure import collectives_bench
 from figure_text import legend_texts, texts  # noqa: E402
 
 

@@ -10,7 +10,8 @@ import pytest  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.patches import Rectangle  # noqa: E402
 
-from labutils import collectives_bench, costmodel, plots  # noqa: E402
+from labutils import costmodel, plots  # noqa: E402
+from labutils.measure import collectives_bench
 from figure_text import bar_widths, legend_texts, texts  # noqa: E402
 
 

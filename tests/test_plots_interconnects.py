@@ -9,7 +9,8 @@ import matplotlib.text  # noqa: E402
 import pytest  # noqa: E402
 from matplotlib.patches import Rectangle  # noqa: E402
 
-from labutils import costmodel, interconnects, plots, topology  # noqa: E402
+from labutils import costmodel, plots  # noqa: E402
+from labutils.machine import interconnects, topology
 from figure_text import bar_widths, legend_texts, texts  # noqa: E402
 
 
@@ -66,7 +67,7 @@ def test_topology_matrices_colour_each_cell_by_link_class():
     assert all(p.get_facecolor()[:3] == matplotlib.colors.to_rgb(colors["NV#"]) for p in nv)
     assert not fig.axes[3].axison  # three matrices on a 2 x 2 grid
     assert legend_texts(fig) == list(colors)
-    with pytest.raises(ValueError, match="not a labutils.topology.Topology"):
+    with pytest.raises(ValueError, match="not a labutils.machine.topology.Topology"):
         plots.topology_matrices({"text": "GPU0 X"})
 
 

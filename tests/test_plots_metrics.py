@@ -9,7 +9,8 @@ matplotlib.use("Agg")
 import pytest  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-from labutils import collectives_bench, plots  # noqa: E402
+from labutils import plots  # noqa: E402
+from labutils.measure import collectives_bench
 from labutils.plots.base import CourseFigure  # noqa: E402
 from figure_text import texts  # noqa: E402
 

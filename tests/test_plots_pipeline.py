@@ -8,7 +8,8 @@ matplotlib.use("Agg")
 import pytest  # noqa: E402
 from matplotlib.patches import Rectangle  # noqa: E402
 
-from labutils import plots, schedules  # noqa: E402
+from labutils import plots  # noqa: E402
+from labutils.costmodel import schedules
 
 
 def test_bubble_vs_microbatches_curves_and_measured_points():

@@ -12,7 +12,7 @@ from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.patches import Rectangle  # noqa: E402
 
 from labutils import plots  # noqa: E402
-from labutils import roofline as rl  # noqa: E402
+from labutils.costmodel import roofline as rl  # noqa: E402
 from figure_text import legend_texts, texts  # noqa: E402
 
 

@@ -8,7 +8,8 @@ matplotlib.use("Agg")
 import pytest  # noqa: E402
 from matplotlib.patches import Rectangle  # noqa: E402
 
-from labutils import fsdp_overlap, plots  # noqa: E402
+from labutils import plots  # noqa: E402
+from labutils.costmodel import fsdp_overlap
 
 
 def test_recompute_tradeoff_puts_each_variant_at_its_time_and_bytes():

@@ -1,10 +1,10 @@
-"""labutils.recompute: the bytes saved for backward match arXiv:2205.05198's count per variant."""
+"""labutils.kernels.recompute: the bytes saved for backward match arXiv:2205.05198's count per variant."""
 from __future__ import annotations
 
 import pytest
 import torch
 
-from labutils import recompute
+from labutils.kernels import recompute
 
 S, B, H, A, LAYERS = 32, 2, 32, 4, 2
 

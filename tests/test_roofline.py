@@ -1,7 +1,7 @@
-"""labutils.roofline against NVIDIA's datasheets (V100, A100, H100, H200, HGX B200), single process."""
+"""labutils.costmodel.roofline against NVIDIA's datasheets (V100, A100, H100, H200, HGX B200), single process."""
 import pytest
 
-from labutils import roofline as rf
+from labutils.costmodel import roofline as rf
 
 DATASHEET_RIDGES = {"v100": 139, "a100": 153, "h100": 295, "h200": 206, "b200": 281}
 
@@ -22,7 +22,7 @@ def test_dense_peaks_and_bandwidths():
 
 
 def test_memory_capacity_is_the_datasheet_figure_in_gib_as_nvidia_smi_reports():
-    from labutils.hardware import GiB
+    from labutils.machine.hardware import GiB
 
     assert rf.DEVICES["h100"].memory_bytes == 80 * GiB == 85_899_345_920  # 81920 MiB, 85.9 GB
     assert rf.DEVICES["h200"].memory_bytes == 141 * GiB

@@ -1,8 +1,8 @@
-"""labutils.schedules: schedules, simulated timelines, bubble formulas (single process)."""
+"""labutils.costmodel.schedules: schedules, simulated timelines, bubble formulas (single process)."""
 import pytest
 
-from labutils import schedules as ps
-from labutils.schedules import Action
+from labutils.costmodel import schedules as ps
+from labutils.costmodel.schedules import Action
 
 
 @pytest.mark.parametrize("name", ["gpipe", "1f1b"])

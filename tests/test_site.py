@@ -30,7 +30,7 @@ SOLUTION_LINES = ["partial_sums = [tensor.clone() for tensor in shards_of_this_r
 @functools.cache
 def environment() -> dict:
     """This machine's environment block (what the nightly writes), with a CPU, torch and backend of our choosing."""
-    from labutils.doctor import environment as probe
+    from labutils.command.doctor import environment as probe
 
     found = probe()
     found["cpu"].update(model="Test CPU 9000", usable_cpus=2)

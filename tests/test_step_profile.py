@@ -1,4 +1,4 @@
-"""labutils.step_profile: a profiled step taken apart into compute, communication, overlap.
+"""labutils.measure.step_profile: a profiled step taken apart into compute, communication, overlap.
 
 Small hand-made Chrome traces (times in microseconds, as torch.profiler writes them) pin the
 interval arithmetic: nested events counted once, communication hidden by compute or not, a
@@ -12,7 +12,7 @@ import math
 
 import pytest
 
-from labutils import step_profile as sp
+from labutils.measure import step_profile as sp
 
 MAIN, GLOO = 100, 101  # thread ids
 

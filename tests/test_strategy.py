@@ -1,8 +1,8 @@
-"""labutils.strategy.suggest: the decision guide of its module docstring (single process)."""
+"""labutils.costmodel.strategy.suggest: the decision guide of its module docstring (single process)."""
 import pytest
 
 from labutils.costmodel import zero_memory
-from labutils.strategy import activation_bytes_per_layer, suggest
+from labutils.costmodel.strategy import activation_bytes_per_layer, suggest
 
 GPT3 = dict(layers=96, hidden=12288, heads=96)
 

@@ -173,7 +173,7 @@ def test_the_copy_has_the_check_my_lab_button(copy_dir):
 
     config = copy_dir / "labutils" / "data" / "jupyter"
     setup = button_setup([config])
-    assert setup["jpserver_extensions"] == {"labutils.jupyter_check": True}
+    assert setup["jpserver_extensions"] == {"labutils.command.jupyter_check": True}
     assert setup["labextensions"] == {"labutils-check": config / "labextensions" / "labutils-check"}
     lab = next(line for line in (copy_dir / "Makefile").read_text().splitlines() if "$(BIN)/jupyter lab " in line)
     assert "JUPYTER_CONFIG_PATH=$(CURDIR)/labutils/data/jupyter" in lab, lab

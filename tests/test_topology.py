@@ -1,4 +1,4 @@
-"""labutils.topology: parse real `nvidia-smi topo -m` outputs and describe them in words.
+"""labutils.machine.topology: parse real `nvidia-smi topo -m` outputs and describe them in words.
 
 Twelve real outputs, captured on real machines as they were printed (CRLF pastes and ANSI
 colour codes kept), ship as labutils/data/topo; each names its source.
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from labutils.topology import (
+from labutils.machine.topology import (
     LINK_TYPES_FASTEST_FIRST,
     GpuAffinity,
     explain_link,
@@ -461,7 +461,7 @@ def test_cpu_lists():
 
 
 def test_every_shipped_example_parses_and_names_its_source():
-    from labutils.topology import TopologyExample, example_names, examples
+    from labutils.machine.topology import TopologyExample, example_names, examples
 
     shipped = examples()
     assert len(shipped) == 12 and [e.name for e in shipped] == example_names()
@@ -475,7 +475,7 @@ def test_every_shipped_example_parses_and_names_its_source():
 
 
 def test_shipped_examples_keep_the_captured_bytes():
-    from labutils.topology import example, example_names
+    from labutils.machine.topology import example, example_names
 
     for stem in example_names():
         assert example(stem).text == (SHIPPED / f"{stem}.txt").read_bytes().decode()
@@ -484,7 +484,7 @@ def test_shipped_examples_keep_the_captured_bytes():
 
 
 def test_example_by_prefix_and_bad_names():
-    from labutils.topology import example
+    from labutils.machine.topology import example
 
     assert example("02").name == "02_hgx_h100_8x_nv18_6nics_blank_cpu_affinity"
     assert example("02").topology.link("GPU0", "GPU7") == "NV18"

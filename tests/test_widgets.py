@@ -8,8 +8,9 @@ matplotlib.use("Agg")
 import ipywidgets  # noqa: E402
 import pytest  # noqa: E402
 
-from labutils import costmodel, schedules, strategy, widgets  # noqa: E402
-from labutils.roofline import DEVICES  # noqa: E402
+from labutils import costmodel, widgets  # noqa: E402
+from labutils.costmodel import schedules, strategy
+from labutils.costmodel.roofline import DEVICES  # noqa: E402
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -227,7 +228,7 @@ def test_allreduce_explorer_bad_starting_values(kwargs, message):
 
 
 def test_topology_explorer_shows_the_chosen_matrix_and_its_summary():
-    from labutils import topology
+    from labutils.machine import topology
 
     shipped = {example.name: example.topology for example in topology.examples()}
     names = list(shipped)

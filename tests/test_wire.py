@@ -5,8 +5,9 @@ import socket
 
 import pytest
 
-from labutils import _wire, messages
-from labutils.call_args import pickle_call, validate_timeout, validate_world_size
+from labutils.ranks import _messages as messages
+from labutils.ranks import _wire
+from labutils.ranks.call_args import pickle_call, validate_timeout, validate_world_size
 
 EXAMPLES = [
     messages.RankHello("token", 3, "ctrl"), messages.Started(1234, 5678), messages.StorePort(29500),

@@ -44,12 +44,12 @@ def with_visible_devices(env: dict, visible_devices: str | None) -> dict:
 
 def worker_gpus(workers: int, devices: list | None = None) -> list:
     """Per grading worker, the ``CUDA_VISIBLE_DEVICES`` of its judge and kernel: the GPUs this process
-    sees (``devices``: ``labutils.backend.visible_cuda_devices()``, read without initialising CUDA),
+    sees (``devices``: ``labutils.devices.backend.visible_cuda_devices()``, read without initialising CUDA),
     cut into ``workers`` disjoint blocks of equal size in order (8 GPUs, 4 workers: "0,1", "2,3",
     "4,5", "6,7"; the remainder idle), each GPU named by its physical index (a MIG device by its
     UUID). None per worker where there is no GPU (the variable is left as it is)."""
     if devices is None:
-        from labutils.backend import visible_cuda_devices
+        from labutils.devices.backend import visible_cuda_devices
 
         devices = visible_cuda_devices()
     if not devices:

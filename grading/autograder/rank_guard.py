@@ -9,10 +9,10 @@ staged for this template alone; this module, run as the template's first interpr
 
 1. deletes that staged copy, so nothing of the grader is on disk for the ranks (an import, a
    ``spec_from_file_location`` or an ``open`` of a grader file fails);
-2. replaces itself (``execv``) with ``PYTHON -P -m labutils._template FD``: a fresh interpreter
+2. replaces itself (``execv``) with ``PYTHON -P -m labutils.ranks._template FD``: a fresh interpreter
    that never imported the grader, from which every rank forks.
 
-    python -m grading.autograder.rank_guard STAGED_FOLDER PYTHON -m labutils._template FD
+    python -m grading.autograder.rank_guard STAGED_FOLDER PYTHON -m labutils.ranks._template FD
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ import shutil
 import sys
 
 #: The module the rank template runs (what ``labutils`` puts after the wrapper's words).
-TEMPLATE_MODULE = "labutils._template"
+TEMPLATE_MODULE = "labutils.ranks._template"
 
 
 def forget_sources(folder: str) -> None:
@@ -34,8 +34,8 @@ def forget_sources(folder: str) -> None:
 
 
 def template_command(argv: list) -> list:
-    """The plain template's command line from ``argv`` (STAGED_FOLDER PYTHON -m labutils._template FD):
-    ``PYTHON -P -m labutils._template FD`` (``-P``: not the current folder, the ranks' writable one, first)."""
+    """The plain template's command line from ``argv`` (STAGED_FOLDER PYTHON -m labutils.ranks._template FD):
+    ``PYTHON -P -m labutils.ranks._template FD`` (``-P``: not the current folder, the ranks' writable one, first)."""
     if len(argv) != 5 or argv[2:4] != ["-m", TEMPLATE_MODULE]:
         raise SystemExit(f"usage: rank_guard STAGED_FOLDER PYTHON -m {TEMPLATE_MODULE} FD, got {argv}")
     return [argv[1], "-P", "-m", TEMPLATE_MODULE, argv[4]]

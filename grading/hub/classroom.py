@@ -24,7 +24,7 @@ from grading.hub import permissions
 from grading.hub.checks import HubNotReady, load_settings
 from grading.hub.start import config_path
 from grading.paths import COURSE_ROOT
-from labutils.cli import UsageError
+from labutils.command.cli import UsageError
 
 STEPS = ("release", "collect", "grade", "feedback")
 

@@ -17,7 +17,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from labutils.errors import LaunchError, RankDiedError, RankTimeoutError
+from labutils.ranks.errors import LaunchError, RankDiedError, RankTimeoutError
 
 from grading.judge import rankside, shipping
 from grading.judge.loopback import traffic_problem

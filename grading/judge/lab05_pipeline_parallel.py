@@ -7,7 +7,7 @@ batch. For every stage the judge checks its parameters' gradients against dense 
 backpropagation (float64), the last stage's loss, the peak number of microbatches in flight
 (m for GPipe; p - stage for 1F1B, at most m) both as the submission counted it and as the
 judge measures it from the order of the stage's sends and receives, the bubble of the
-schedule the stages ran (that order replayed with ``labutils.schedules.simulate``, F = 1,
+schedule the stages ran (that order replayed with ``labutils.costmodel.schedules.simulate``, F = 1,
 B = 2: (p-1)/(m+p-1) for both schedules) and the sends and receives of the step, with their
 bytes (``send``/``isend`` counted as sends, ``recv``/``irecv`` as receives, all recorded at the
 stage's process group, whatever function made them) against
@@ -22,7 +22,7 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
-from labutils import schedules
+from labutils.costmodel import schedules
 
 from grading.judge.engine import Case, TestSpec
 from grading.judge.rankside import SubmissionProblem

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import os
 
-from labutils._starters import RANK_WRAPPER_ENV
-from labutils.call_args import validate_world_size
-from labutils.errors import RankDiedError
-from labutils.pool import Pool
+from labutils.ranks._starters import RANK_WRAPPER_ENV
+from labutils.ranks.call_args import validate_world_size
+from labutils.ranks.errors import RankDiedError
+from labutils.ranks.pool import Pool
 
 from grading.judge.loopback import LoopbackMeter
 

@@ -26,7 +26,7 @@ from contextlib import contextmanager
 import torch
 import torch.distributed as dist
 
-from labutils.rank import device as rank_device
+from labutils.ranks.rank import device as rank_device
 
 from grading.autograder.rank_isolation import isolate
 from grading.judge.recording import install, log_position, since, summary

@@ -191,7 +191,7 @@ def sandbox_ranks(sandbox_dir: str, backend: str, memory_limit_gib: float, cgrou
 
     from grading.autograder.sandbox import find_bwrap, gpu_devices, judge_rank_wrapper
     from grading.paths import COURSE_ROOT
-    from labutils._starters import RANK_WRAPPER_ENV
+    from labutils.ranks._starters import RANK_WRAPPER_ENV
 
     os.makedirs(sandbox_dir, exist_ok=True)
     os.environ["TMPDIR"] = sandbox_dir

@@ -78,7 +78,7 @@ class NightlyRun:
     """Everything the report shows: the settings, the environment, every result (in the order shown).
 
     ``started`` is local time, ISO 8601; ``settings`` maps a name (QUICK, WORLD_SIZE, ...)
-    to its value; ``environment`` is :func:`labutils.doctor.environment`'s dict;
+    to its value; ``environment`` is :func:`labutils.command.doctor.environment`'s dict;
     ``labs_note`` is :data:`NO_LABS` when there was no lab to grade.
     """
 
@@ -222,7 +222,7 @@ def _failures_in_report_order(run: NightlyRun) -> list[Result]:
 
 
 def _environment_text(environment: dict) -> str:
-    from labutils.doctor import environment_text
+    from labutils.command.doctor import environment_text
 
     if "error" in environment:
         return f"could not be collected: {environment['error']}"

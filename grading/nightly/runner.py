@@ -107,7 +107,7 @@ def _labs_to_grade(root: Path, names: list[str], jobs: list[NotebookJob]) -> tup
 def _check_request(parameters: dict, jobs: int, timeout_s: float, cell_timeout_s: float, gpu_count: int,
                    grading: bool) -> None:
     """NightlyInputError for numbers out of range, a backend this machine lacks or missing packages."""
-    from labutils.backend import choose_backend
+    from labutils.devices.backend import choose_backend
 
     for value, flag in ((parameters["WORLD_SIZE"], "--world-size"), (jobs, "-j")):
         if value < 1:
@@ -146,7 +146,7 @@ def run_nightly(names: list[str] = (), *, root: Path | str = ".", out_dir: Path 
     seconds. Progress goes to ``progress_stream`` (default stderr). Returns the run and
     its folder. Raises :class:`NightlyInputError` for bad input, before anything starts.
     """
-    from labutils.backend import visible_gpu_count
+    from labutils.devices.backend import visible_gpu_count
 
     root, names, gpu_count = Path(root).resolve(), list(names), visible_gpu_count()
     parameters = injected_parameters(gpu_count, quick, world_size, backend)
@@ -180,7 +180,7 @@ def run_nightly(names: list[str] = (), *, root: Path | str = ".", out_dir: Path 
 
 def _run_with_environment(tasks: list, jobs: int, stream, stop: threading.Event,
                           durations_before: dict) -> tuple[list, bool, dict]:
-    """Run the tasks while ``labutils.doctor`` describes the machine (it imports torch: done in the
+    """Run the tasks while ``labutils.command.doctor`` describes the machine (it imports torch: done in the
     meantime); (results, interrupted, environment)."""
     environment_found: dict = {}
     environment_thread = threading.Thread(target=_collect_environment, args=(environment_found,), daemon=True)
@@ -195,8 +195,8 @@ def _run_with_environment(tasks: list, jobs: int, stream, stop: threading.Event,
 
 
 def _collect_environment(into: dict) -> None:
-    """:func:`labutils.doctor.environment` into ``into``, or its error: the report is written either way."""
-    from labutils.doctor import environment
+    """:func:`labutils.command.doctor.environment` into ``into``, or its error: the report is written either way."""
+    from labutils.command.doctor import environment
 
     try:
         into.update(environment())

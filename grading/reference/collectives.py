@@ -123,7 +123,7 @@ def _synchronize(device: torch.device) -> None:
 def measure_ring_all_reduce(numel: int, dtype: torch.dtype, iters: int, warmup: int, group) -> tuple:
     """Time ``ring_all_reduce`` of ``numel`` elements: ``warmup`` untimed calls, then ``iters``
     timed ones. Returns (mean seconds per call, algbw GB/s, busbw GB/s)."""
-    from labutils.rank import device
+    from labutils.ranks.rank import device
 
     buffer = torch.ones(numel, dtype=dtype, device=device())
     for _ in range(warmup):

@@ -43,7 +43,7 @@ def _divide(numerator: int, denominator: int, what: str) -> int:
 
 
 def _rank_device():
-    from labutils.rank import device
+    from labutils.ranks.rank import device
 
     return device()
 

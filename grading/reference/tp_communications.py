@@ -16,7 +16,7 @@ Two more mappings move between a sharded last dimension and a full one:
     scatter: forward keep this rank's slice,         backward all-gather along the last dim
 
 Every function takes the tensor-parallel ``group`` explicitly (no global state) and calls
-collectives through ``torch.distributed`` so that ``labutils.commtrace`` sees them.
+collectives through ``torch.distributed`` so that ``labutils.measure.commtrace`` sees them.
 """
 from __future__ import annotations
 

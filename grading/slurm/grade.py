@@ -19,7 +19,7 @@ import sys
 import time
 
 from grading.slurm import jobs, merge, shards
-from labutils.usage import UsageError
+from labutils.command.usage import UsageError
 
 #: ``course grade`` options that name what the tasks get from the shards, not passed on as given.
 NOT_FORWARDED = {"command", "lab", "submissions", "course_dir", "slurm", "shards", "sbatch_option"}

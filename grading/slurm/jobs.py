@@ -11,7 +11,7 @@ import os
 import shutil
 import subprocess
 
-from labutils.usage import UsageError
+from labutils.command.usage import UsageError
 
 #: Seconds ``sbatch`` may take to accept a job (not to run it: ``--wait`` has no limit of its own).
 SUBMIT_TIMEOUT_S = 120.0

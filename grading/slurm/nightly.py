@@ -18,7 +18,7 @@ from datetime import datetime
 from pathlib import Path
 
 from grading.slurm import jobs
-from labutils.usage import UsageError
+from labutils.command.usage import UsageError
 
 #: sbatch options of the nightly's job before the user's own (which override them).
 DEFAULT_SBATCH = ("--nodes=1", "--ntasks=1", "--exclusive")

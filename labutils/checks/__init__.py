@@ -10,6 +10,12 @@ answered yet", matching the named mistakes) is in :mod:`labutils.checks.answers`
 One module per topic; a notebook imports the one it needs::
 
     from labutils.checks import collectives as check
+
+Modules, by chapter: ``metrics`` (1), ``gpu`` and ``fp8`` (2), ``roofline`` (3),
+``interconnects`` (4), ``collectives`` (5), ``data_parallel`` (6), ``zero`` (7),
+``tensor_parallel`` and ``long_sequences`` (8), ``pipeline`` (9), ``strategy`` and
+``comm_bound`` (10). The labs': ``labs`` (the visible tests' comparisons) and ``labcheck``
+(``labutils check LAB.ipynb``, part by part). Shared: ``answers`` and ``base`` (``CheckFailed``).
 """
 from labutils.checks.base import CheckFailed
 

@@ -3,14 +3,15 @@
     from labutils.checks import collectives as check
     check.all_gather_busbw(answer_1)
 
-Each check computes the right answer with ``labutils.collectives_bench`` or
+Each check computes the right answer with ``labutils.measure.collectives_bench`` or
 ``labutils.costmodel`` and names the usual mistakes (the all-reduce factor, algbw for busbw,
 GiB for GB, a tree's latency for a ring's, the total over all ranks for the per-rank bytes).
 n is the number of ranks, S the buffer in bytes, alpha seconds per message, beta seconds per byte.
 """
 from __future__ import annotations
 
-from labutils import collectives_bench, costmodel
+from labutils import costmodel
+from labutils.measure import collectives_bench
 from labutils.checks.answers import first_match, name_problem, number_problem
 
 

@@ -4,12 +4,13 @@
     check.tp_min_hidden(answer_hidden)
 
 The expected value comes from ``labutils.costmodel`` (``tp_min_hidden``), the H100 peak
-from ``labutils.roofline.DEVICES`` and the link from ``labutils.interconnects``.
+from ``labutils.costmodel.roofline.DEVICES`` and the link from ``labutils.machine.interconnects``.
 """
 from __future__ import annotations
 
-from labutils import costmodel, interconnects
-from labutils import roofline as rl
+from labutils import costmodel
+from labutils.machine import interconnects
+from labutils.costmodel import roofline as rl
 from labutils.checks.answers import first_match, number_problem
 
 #: the exercise's tensor-parallel degree

@@ -3,12 +3,12 @@
     from labutils.checks import fp8 as check_fp8
     check_fp8.e4m3_scale(answer_scale)
 
-The expected value comes from ``labutils.fp8`` (the OCP formats and Transformer Engine's
+The expected value comes from ``labutils.kernels.fp8`` (the OCP formats and Transformer Engine's
 scale rule).
 """
 from __future__ import annotations
 
-from labutils import fp8
+from labutils.kernels import fp8
 from labutils.checks.answers import first_match, number_problem
 
 #: the exercise's tensor: its largest magnitude

@@ -42,7 +42,7 @@ def simt_efficiency(answer) -> None:
 
 def gpus_for_weights(answer) -> None:
     """Exercise: H200 SXM GPUs needed to hold a 405e9-parameter model's BF16 weights x 1.2."""
-    from labutils.roofline import DEVICES
+    from labutils.costmodel.roofline import DEVICES
 
     # The datasheet's "141 GB" (DEVICES holds it as 141 GiB, what the driver reports), read in
     # GB = 1e9 bytes as a student reading the datasheet does; either way 7 GPUs are needed.

@@ -3,13 +3,13 @@
     from labutils.checks import interconnects as check
     check.pcie5_x16(answer_1)
 
-The right answers come from ``labutils.interconnects`` (link bandwidths with their sources) and
-from the real ``nvidia-smi topo -m`` outputs shipped in ``labutils.topology``; each check names
+The right answers come from ``labutils.machine.interconnects`` (link bandwidths with their sources) and
+from the real ``nvidia-smi topo -m`` outputs shipped in ``labutils.machine.topology``; each check names
 the usual mistakes (both directions added, bits for bytes, the encoding left out, SYS paths).
 """
 from __future__ import annotations
 
-from labutils import interconnects, topology
+from labutils.machine import interconnects, topology
 from labutils.checks.answers import NOT_ANSWERED, first_match, name_problem, number_problem
 
 #: the shipped matrices the exercises are about (labutils/data/topo, INDEX.md says where each was published)

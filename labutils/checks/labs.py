@@ -13,10 +13,10 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from labutils import commtrace
+from labutils.measure import commtrace
 from labutils.checks.base import CheckFailed
-from labutils.launch import launch
-from labutils.rank import device as rank_device
+from labutils.ranks.launch import launch
+from labutils.ranks.rank import device as rank_device
 
 __all__ = [
     "CheckFailed", "adam_reference", "adamw_reference", "calls", "check_calls", "check_close", "check_equal",
@@ -87,7 +87,7 @@ def check_calls(what: str, got: dict, expected: dict, rank: int) -> None:
 # ----- what a rank recorded -----------------------------------------------------------------------
 
 def calls(trace) -> dict:
-    """{op: number of calls} recorded by a ``labutils.commtrace`` trace."""
+    """{op: number of calls} recorded by a ``labutils.measure.commtrace`` trace."""
     return {op: entry["calls"] for op, entry in trace.summary().items()}
 
 

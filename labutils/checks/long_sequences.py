@@ -20,7 +20,7 @@ def selective_memory(answer) -> None:
 
 
 def _selective_memory_verdict(answer) -> str:
-    from labutils import recompute
+    from labutils.kernels import recompute
 
     expected = recompute.activation_bytes_per_layer(**SELECTIVE_CASE, recompute="selective")
     none = recompute.activation_bytes_per_layer(**SELECTIVE_CASE)
@@ -42,7 +42,7 @@ def ring_bytes(answer) -> None:
 
 
 def _ring_bytes_verdict(answer) -> str:
-    from labutils import context_parallel as cp
+    from labutils.kernels import context_parallel as cp
 
     case = dict(RING_CASE)
     n = case["world_size"]

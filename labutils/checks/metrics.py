@@ -10,7 +10,9 @@ check prints.
 """
 from __future__ import annotations
 
-from labutils import costmodel, interconnects, roofline
+from labutils import costmodel
+from labutils.costmodel import roofline
+from labutils.machine import interconnects
 from labutils.checks.answers import first_match, number_problem
 
 

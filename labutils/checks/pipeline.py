@@ -1,5 +1,5 @@
 """Self-checks of chapter 9 (pipeline parallelism): one call per exercise, a one-line verdict.
-p is the number of stages, m the microbatches per step (``labutils.schedules``).
+p is the number of stages, m the microbatches per step (``labutils.costmodel.schedules``).
 
     from labutils.checks import pipeline as check
     check.gpipe_bubble(answer)
@@ -20,7 +20,7 @@ def gpipe_bubble(answer) -> None:
 
 
 def _gpipe_bubble_verdict(answer) -> str:
-    from labutils import schedules
+    from labutils.costmodel import schedules
 
     p, m = BUBBLE_CASE["p"], BUBBLE_CASE["m"]
     formula = schedules.bubble_formula("gpipe", p, m)
@@ -39,7 +39,7 @@ def first_stage_in_flight(answer) -> None:
 
 
 def _first_stage_in_flight_verdict(answer) -> str:
-    from labutils import schedules
+    from labutils.costmodel import schedules
 
     p, m = BUBBLE_CASE["p"], BUBBLE_CASE["m"]
     expected = schedules.simulate(schedules.build_schedule("1f1b", p, m)).peak_in_flight()[0]

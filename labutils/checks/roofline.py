@@ -3,11 +3,11 @@
     from labutils.checks import roofline as check
     check.gemm_intensity(answer_intensity)
 
-The expected values come from ``labutils.roofline`` (its datasheet table and op costs).
+The expected values come from ``labutils.costmodel.roofline`` (its datasheet table and op costs).
 """
 from __future__ import annotations
 
-from labutils import roofline as rl
+from labutils.costmodel import roofline as rl
 from labutils.checks.answers import first_match, number_problem
 
 #: B/s, NVIDIA A100 datasheet, 40GB SXM column: the A100 a ridge-point answer is often taken from

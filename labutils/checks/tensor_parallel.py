@@ -64,7 +64,7 @@ def activation_memory(answer) -> None:
 
 
 def _activation_memory_verdict(answer) -> str:
-    from labutils import strategy
+    from labutils.costmodel import strategy
 
     case = dict(ACTIVATION_CASE)
     t = case.pop("tp")

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import math
 
-from labutils import costmodel, roofline
+from labutils import costmodel
+from labutils.costmodel import roofline
 from labutils.checks.answers import NOT_ANSWERED, first_match, number_problem, whole_number_problem
 
 _MAX_GPUS = 1 << 20

@@ -1,4 +1,4 @@
-"""Cost models: collective time, communication volume per strategy, ZeRO memory, MFU.
+"""Modelling: collective time, communication per strategy, ZeRO memory, MFU, rooflines, schedules, strategies.
 
 Units everywhere: bytes, seconds, FLOP/s; GB = 1e9 bytes, GB/s = 1e9 B/s.
 
@@ -27,6 +27,15 @@ One module per concern, every name re-exported here:
   ``_compute_bucket_assignment_by_size``), so the all-reduces a DDP step makes;
 - ``moe``: expert capacity and the load-balancing loss (Switch Transformer,
   arXiv:2101.03961; Megatron-LM moe_utils.py).
+
+Modules of their own, imported by name (``from labutils.costmodel import roofline``):
+
+- ``roofline``: device peaks from datasheets (sourced) and the arithmetic intensity of common ops;
+- ``schedules``: pipeline schedules (naive, GPipe, 1F1B, interleaved 1F1B) and their simulated timelines;
+- ``strategy``: a parallel layout (TP x PP x DP, ZeRO stage) suggested for a model on a cluster;
+- ``fsdp_overlap``: FSDP's prefetching and hybrid sharding as timelines under the alpha-beta model.
+
+``_checks`` holds the argument checks the models share (one clear ``ValueError`` per bad input).
 """
 from labutils.costmodel._checks import GB
 from labutils.costmodel.collectives import COLLECTIVE_ALGORITHMS, collective_time, ring_bytes_per_rank

@@ -3,16 +3,23 @@
 Every function returns a :class:`matplotlib.figure.Figure` (a :class:`CourseFigure`) built
 without pyplot, so a notebook shows it exactly once (as the cell's value, or with
 ``display(fig)``) and no global figure state is left behind. Nothing here models or measures anything: the numbers
-come from ``labutils.collectives_bench`` and ``labutils.bench`` (measurements) and from
-``labutils.costmodel``, ``labutils.roofline`` and ``labutils.schedules`` (models); this
+come from ``labutils.measure.collectives_bench`` and ``labutils.measure.bench`` (measurements) and from
+``labutils.costmodel``, ``labutils.costmodel.roofline`` and ``labutils.costmodel.schedules`` (models); this
 module only draws them.
 
 Units on every axis: bytes (binary prefixes KiB/MiB/GiB for message sizes, as nccl-tests
 sizes are powers of two), GB = 1e9 bytes for memory and volume, GB/s = 1e9 B/s for
 bandwidth, FLOP/s for throughput.
 
-    from labutils import plots, schedules
+    from labutils import plots
+    from labutils.costmodel import schedules
     plots.pipeline_gantt(schedules.simulate(schedules.build_schedule("1f1b", 4, 8)))
+
+One module per kind of figure, every function re-exported here: ``base`` (``CourseFigure``,
+PNG, units), ``bandwidth``, ``roofline_chart``, ``device_benchmarks``, ``gpu_architecture``,
+``fp8``, ``metrics``, ``scaling``, ``interconnects``, ``collectives``, ``communication``,
+``data_parallel``, ``profile``, ``memory``, ``checkpoint``, ``scale_memory``,
+``tensor_parallel``, ``pipeline``, ``strategy``, ``comm_bound``.
 """
 
 from labutils.plots.base import GB, CourseFigure, figure_png, format_bytes_binary

@@ -22,7 +22,7 @@ def bandwidth_vs_size(records: Sequence[dict], link_peak_GBps: float | None = No
                       link_label: str | None = None, *, mode: str | None = None) -> Figure:
     """algbw and busbw (GB/s = 1e9 B/s) against message size (bytes), log-log.
 
-    ``records`` come from ``labutils.collectives_bench`` (one dict per size with ``size``
+    ``records`` come from ``labutils.measure.collectives_bench`` (one dict per size with ``size``
     and ``oop_*`` / ``ip_*`` columns); several collectives, world sizes or backends become
     separate series (one colour each: busbw solid, algbw dashed), as do records timed with
     different statistics (``stat``: mean, median, min). ``mode`` "oop" or "ip"

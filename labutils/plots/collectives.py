@@ -87,7 +87,7 @@ def busbw_factor_curves(ranks: Sequence[int], factors: Mapping[str, Sequence[flo
     """Bytes each rank sends, as a multiple of S, against the number of ranks n (log2 axis).
 
     ``factors`` maps a legend label (e.g. "all-reduce: 2(n-1)/n") to one factor per entry of
-    ``ranks`` (``labutils.collectives_bench.bus_bandwidth_factor``); ``world_size`` marks the
+    ``ranks`` (``labutils.measure.collectives_bench.bus_bandwidth_factor``); ``world_size`` marks the
     reader's own n with a vertical line.
     """
     _require(len(ranks) >= 2 and min(ranks) >= 1, "ranks must hold at least two counts >= 1")

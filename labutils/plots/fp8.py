@@ -1,6 +1,6 @@
 """Chapter 2's FP8 figure: what a cast to E4M3 or E5M2 and back does, against the scale.
 
-The errors come from ``labutils.fp8.quantization_error`` (one ``QuantError`` per scale);
+The errors come from ``labutils.kernels.fp8.quantization_error`` (one ``QuantError`` per scale);
 this module only draws them.
 """
 from __future__ import annotations
@@ -16,7 +16,7 @@ def fp8_scale_sweep(sweeps: Mapping[str, Sequence], amax_scales: Mapping[str, fl
                     title: str = "") -> Figure:
     """Round-trip error (left) and clipped / flushed shares (right) against the per-tensor scale.
 
-    ``sweeps``: format label -> ``labutils.fp8.QuantError`` objects, one per scale (any
+    ``sweeps``: format label -> ``labutils.kernels.fp8.QuantError`` objects, one per scale (any
     order); ``amax_scales``: format label -> the scale max_normal / amax, marked with a
     dotted line. Left: relative RMS error (solid) and the median element's relative error
     (dashed), log-log; right: the share of elements saturated (clipped at max_normal) and

@@ -3,7 +3,7 @@ domains, side-by-side comparisons, a CUDA launch's thread blocks, warp divergenc
 systolic array's wavefront and the hop counts of a torus.
 
 Nothing here models anything: the notebook computes the numbers (from
-``labutils.roofline.DEVICES`` or its own small simulations) and passes them in.
+``labutils.costmodel.roofline.DEVICES`` or its own small simulations) and passes them in.
 Units: B/s drawn as TB/s = 1e12 B/s, fractions drawn as percentages.
 """
 from __future__ import annotations

@@ -2,8 +2,8 @@
 ``nvidia-smi topo -m`` matrices drawn as coloured grids.
 
 Bandwidth in GB/s = 1e9 B/s per direction, sizes in bytes, times in seconds on input (drawn
-in us or ms as each axis says). Links are ``labutils.interconnects.Link`` records; matrices are
-``labutils.topology.Topology`` objects.
+in us or ms as each axis says). Links are ``labutils.machine.interconnects.Link`` records; matrices are
+``labutils.machine.topology.Topology`` objects.
 """
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ def link_ladder(links: Sequence, measured: Mapping[str, float] | None = None,
                 title: str = "Links, GB/s per direction (log scale)") -> Figure:
     """Horizontal bars of GB/s per direction, one per link (colour by kind), measurements in orange.
 
-    ``links``: ``labutils.interconnects.Link`` records (``interconnects.table()``), labelled
+    ``links``: ``labutils.machine.interconnects.Link`` records (``interconnects.table()``), labelled
     with what one figure covers ("PCIe Gen5 x16, x16 slot"). ``measured``: label -> GB/s
     measured on this machine. ``scale``: (label, GB/s) of a dotted reference line, e.g. a
     GPU's memory bandwidth.
@@ -110,7 +110,7 @@ def _draw_matrix(ax, topo, title: str) -> None:
 
 
 def topology_matrices(topologies: Mapping[str, object]) -> Figure:
-    """One coloured grid per ``nvidia-smi topo -m`` matrix (``labutils.topology.Topology``), two per row.
+    """One coloured grid per ``nvidia-smi topo -m`` matrix (``labutils.machine.topology.Topology``), two per row.
 
     ``topologies`` maps a title to a parsed matrix; cells carry the link as printed ("NV18",
     "PIX", "SYS") on the colour of its class, fastest (green) to slowest (red).
@@ -118,7 +118,7 @@ def topology_matrices(topologies: Mapping[str, object]) -> Figure:
     _require(len(topologies) >= 1, "no topology to draw")
     for name, topo in topologies.items():
         _require(hasattr(topo, "devices") and hasattr(topo, "links"),
-                 f"{name!r} is not a labutils.topology.Topology (parse it with topology.parse_topology)")
+                 f"{name!r} is not a labutils.machine.topology.Topology (parse it with topology.parse_topology)")
     columns = 1 if len(topologies) == 1 else 2
     rows = math.ceil(len(topologies) / columns)
     fig = CourseFigure(figsize=(6.5 * columns, 6 * rows + 0.6), layout="constrained")
@@ -209,7 +209,7 @@ def ping_pong(sizes: Sequence[int], times: Sequence[float], fits: Mapping[str, o
 def ring_time_by_link(links: Sequence, times_s: Sequence[float], title: str) -> Figure:
     """Horizontal bars (ms, log axis) of one collective's time when its slowest hop is each link.
 
-    ``links``: ``labutils.interconnects.Link`` records; ``times_s``: seconds for each, e.g.
+    ``links``: ``labutils.machine.interconnects.Link`` records; ``times_s``: seconds for each, e.g.
     from ``labutils.costmodel.collective_time`` with beta = 1 / the link's bytes per second.
     """
     _require(len(links) >= 1 and len(links) == len(times_s), "give one time per link")

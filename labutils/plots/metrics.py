@@ -132,7 +132,7 @@ def communication_efficiency(allreduce: Sequence[dict], sendrecv: Sequence[dict]
     """All-reduce busbw (in-place) and its alpha-beta model, send/recv bandwidth (out-of-place),
     and a reference bandwidth, in GB/s = 1e9 B/s, against message size (bytes).
 
-    ``allreduce`` and ``sendrecv`` are ``labutils.collectives_bench`` records;
+    ``allreduce`` and ``sendrecv`` are ``labutils.measure.collectives_bench`` records;
     ``model_busbw_GBps`` has one value per all-reduce record.
     """
     _require(len(allreduce) > 0 and len(sendrecv) > 0, "pass all-reduce and send/recv records")

@@ -1,4 +1,4 @@
-"""Pipeline figures (chapter 9): schedules drawn as Gantt charts from ``labutils.schedules``
+"""Pipeline figures (chapter 9): schedules drawn as Gantt charts from ``labutils.costmodel.schedules``
 timelines, the bubble against the number of microbatches, and the activations in flight."""
 from __future__ import annotations
 
@@ -11,13 +11,13 @@ from labutils.plots.base import CourseFigure, _require
 def pipeline_gantt(timeline, *, time_unit: str = "units of t_forward") -> Figure:
     """Gantt chart of a simulated pipeline schedule: one row per stage (rank 0 on top).
 
-    ``timeline`` is a ``labutils.schedules.Timeline``. Forward boxes are blue, backward
+    ``timeline`` is a ``labutils.costmodel.schedules.Timeline``. Forward boxes are blue, backward
     boxes orange (darker shades for later chunks of interleaved schedules), each with its
     microbatch number; hatched grey is idle time, the pipeline bubble. The title gives the
     schedule, p, m (and v), the bubble measured on this timeline (idle rank-time over
-    total rank-time) and ``labutils.schedules.bubble_formula`` in both conventions.
+    total rank-time) and ``labutils.costmodel.schedules.bubble_formula`` in both conventions.
     """
-    from labutils import schedules
+    from labutils.costmodel import schedules
 
     p, v = timeline.num_stages, timeline.num_chunks
     makespan = timeline.makespan

@@ -1,5 +1,5 @@
 """A profiled training step (chapter 6): each rank's compute and communication over one step,
-as read from its ``torch.profiler`` trace by ``labutils.step_profile``.
+as read from its ``torch.profiler`` trace by ``labutils.measure.step_profile``.
 
 Times are seconds in the arguments (intervals since the step started) and milliseconds
 (ms = 1e-3 s) on the axes.

@@ -19,16 +19,16 @@ _RIDGE_COLORS = ("#c44e52", "#dd8452", "#8172b2", "#55a868", "#937860", "#da8bc3
 def roofline(device, dtype: str, points: Sequence = (), *, intensity_range=None) -> Figure:
     """Roofline of ``device`` for ``dtype`` with operations placed on it (Williams et al. 2009).
 
-    ``device`` is a ``labutils.roofline.Device`` (peak FLOP/s per dtype, memory bandwidth
+    ``device`` is a ``labutils.costmodel.roofline.Device`` (peak FLOP/s per dtype, memory bandwidth
     in B/s). ``points`` holds ``OpCost`` objects (drawn on the roof at their arithmetic
     intensity: the best they can reach) and/or ``(label, intensity FLOP/B, measured FLOP/s)``
     tuples (drawn where they were measured). The roof and the ridge point come from
-    ``labutils.roofline.attainable`` and ``ridge_point``. ``intensity_range`` (FLOP/B,
+    ``labutils.costmodel.roofline.attainable`` and ``ridge_point``. ``intensity_range`` (FLOP/B,
     FLOP/B) overrides the x range, which by default spans the points and the ridge.
     """
     import numpy as np
 
-    from labutils import roofline as rl
+    from labutils.costmodel import roofline as rl
 
     dtype = rl.canonical_dtype(dtype)
     peak = device.peak(dtype)
@@ -72,7 +72,7 @@ def roofline(device, dtype: str, points: Sequence = (), *, intensity_range=None)
 
 def _roofline_point(point, device, dtype: str) -> tuple[str, float, float, bool]:
     """(legend label, intensity FLOP/B, FLOP/s, measured?) for an OpCost or a measured tuple."""
-    from labutils import roofline as rl
+    from labutils.costmodel import roofline as rl
 
     if hasattr(point, "intensity"):
         roof = rl.attainable(point.intensity, device, dtype)
@@ -93,10 +93,10 @@ def intensity_bars(ops: Sequence, ridges: Mapping[str, float]) -> Figure:
     """Arithmetic intensity (FLOP/B) of each op as a horizontal bar, log x, with the ridge
     points of some devices as vertical lines.
 
-    ``ops``: ``labutils.roofline.OpCost`` objects; ``ridges``: device label -> ridge point
-    (FLOP/B, from ``labutils.roofline.ridge_point``). The legend sits below the axes.
+    ``ops``: ``labutils.costmodel.roofline.OpCost`` objects; ``ridges``: device label -> ridge point
+    (FLOP/B, from ``labutils.costmodel.roofline.ridge_point``). The legend sits below the axes.
     """
-    _require(len(ops) > 0, "pass at least one OpCost (labutils.roofline.gemm(...), ...)")
+    _require(len(ops) > 0, "pass at least one OpCost (labutils.costmodel.roofline.gemm(...), ...)")
     _require(all(getattr(op, "intensity", 0) > 0 for op in ops), "every op needs a positive intensity (FLOP/B)")
     _require(all(ridge > 0 for ridge in ridges.values()), "ridge points must be positive FLOP/B")
     fig = CourseFigure(figsize=(10, 0.42 * len(ops) + 2.5), layout="constrained")
@@ -117,11 +117,11 @@ def intensity_bars(ops: Sequence, ridges: Mapping[str, float]) -> Figure:
 
 def rooflines_compared(devices: Mapping[str, object], dtype: str,
                        intensity_range: tuple[float, float] = (1, 5000)) -> Figure:
-    """The rooflines of several ``labutils.roofline.Device`` objects for one dtype, log-log,
+    """The rooflines of several ``labutils.costmodel.roofline.Device`` objects for one dtype, log-log,
     each with its ridge point marked; ``devices``: legend label -> Device."""
     import numpy as np
 
-    from labutils import roofline as rl
+    from labutils.costmodel import roofline as rl
 
     _require(len(devices) > 0, "pass at least one device")
     _require(0 < intensity_range[0] < intensity_range[1],

@@ -2,8 +2,8 @@
 recomputation's memory against its time, and an FSDP step's compute and communication
 timeline with and without prefetching.
 
-The numbers come from ``labutils.recompute`` (measured bytes and seconds, the paper's
-formula) and ``labutils.fsdp_overlap`` (the alpha-beta timeline); this module only draws
+The numbers come from ``labutils.kernels.recompute`` (measured bytes and seconds, the paper's
+formula) and ``labutils.costmodel.fsdp_overlap`` (the alpha-beta timeline); this module only draws
 them. Bytes in MB = 1e6 B, seconds in ms.
 """
 from __future__ import annotations

@@ -3,7 +3,7 @@ layer makes, their time against the alpha-beta model, per-layer time and activat
 against the TP degree, and the step time of multi-node layouts.
 
 Every function takes numbers measured on the ranks or computed by ``labutils.costmodel`` /
-``labutils.strategy`` and only draws them: seconds are shown in ms or us as the axis says,
+``labutils.costmodel.strategy`` and only draws them: seconds are shown in ms or us as the axis says,
 bytes in GB = 1e9 B.
 """
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """What every dashboard shares: the redraw-on-change ``Dashboard`` box and checked controls.
 
-GPU memory capacities are ``labutils.roofline.DEVICES[...].memory_bytes`` (bytes: the
+GPU memory capacities are ``labutils.costmodel.roofline.DEVICES[...].memory_bytes`` (bytes: the
 datasheet's "80 GB" is 80 GiB), shown both ways ("85.9 GB (80.0 GiB)"); GPUs listed there
 without a capacity are left out of the menus.
 """
@@ -11,7 +11,7 @@ import math
 
 import ipywidgets as widgets
 
-from labutils.gpu_records import memory_text
+from labutils.machine._gpu_records import memory_text
 
 WIDE = {"description_width": "initial"}
 POWERS_OF_TWO = [2**k for k in range(11)]  # 1 .. 1024
@@ -43,8 +43,8 @@ def gpu_dropdown(gpu: str) -> widgets.Dropdown:
 
 
 def gpu_memory_options() -> list[tuple[str, str]]:
-    """(menu label, DEVICES key) for every GPU in ``labutils.roofline.DEVICES`` with a known capacity."""
-    from labutils.roofline import DEVICES
+    """(menu label, DEVICES key) for every GPU in ``labutils.costmodel.roofline.DEVICES`` with a known capacity."""
+    from labutils.costmodel.roofline import DEVICES
 
     return [(f"{device.name} ({memory_text(device.memory_bytes)})", key)
             for key, device in DEVICES.items() if device.memory_bytes]

@@ -6,7 +6,7 @@ import html
 import ipywidgets as widgets
 
 from labutils import plots
-from labutils.gpu_records import memory_text
+from labutils.machine._gpu_records import memory_text
 from labutils.widgets.base import WIDE, POWERS_OF_TWO, Dashboard, check_choice, gpu_dropdown, params_slider
 
 _ZERO_STAGES = [("DDP (stage 0)", 0), ("ZeRO-1: optimizer states", 1), ("ZeRO-2: + gradients", 2),
@@ -31,7 +31,7 @@ class ZeroCalculator(Dashboard):
 
     def _redraw(self) -> None:
         from labutils import costmodel
-        from labutils.roofline import DEVICES
+        from labutils.costmodel.roofline import DEVICES
 
         num_params, world_size = self.controls["params"].value, self.controls["N"].value
         stage = self.controls["stage"].value
@@ -57,7 +57,7 @@ def zero_calculator(num_params: float = 7.5e9, world_size: int = 64, stage: int 
     """Dashboard of ZeRO memory per GPU (``labutils.costmodel.zero_memory_table``, arXiv:1910.02054).
 
     Controls: "params" (parameter count), "N" (data-parallel GPUs), "stage" (0 = DDP, 1-3),
-    "gpu" (a ``labutils.roofline.DEVICES`` key with a memory capacity). The chart shows
+    "gpu" (a ``labutils.costmodel.roofline.DEVICES`` key with a memory capacity). The chart shows
     every stage with the selected one shaded; ``.readout`` says whether the selected
     stage fits the GPU ("X GB of Y GB"), GB = 1e9 bytes.
     """

@@ -6,7 +6,7 @@ import ipywidgets as widgets
 from labutils import plots
 from labutils.widgets.base import WIDE, Dashboard, check_choice, check_range
 
-#: the closed forms of labutils.schedules.bubble_formula, as a reader writes them
+#: the closed forms of labutils.costmodel.schedules.bubble_formula, as a reader writes them
 _BUBBLE_FORMULA_TEXT = {
     "naive": ("(p-1)/p", "p-1"),
     "gpipe": ("(p-1)/(m+p-1)", "(p-1)/m"),
@@ -25,7 +25,7 @@ class PipelineExplorer(Dashboard):
 
     def __init__(self, schedule: str, num_stages: int, num_microbatches: int, num_chunks: int,
                  backward_ratio: float):
-        from labutils.schedules import SCHEDULES
+        from labutils.costmodel.schedules import SCHEDULES
 
         check_choice("schedule", schedule, SCHEDULES)
         for name, value, bounds in (("num_stages", num_stages, _STAGES),
@@ -48,7 +48,7 @@ class PipelineExplorer(Dashboard):
         super().__init__(controls, with_image=True)
 
     def _redraw(self) -> None:
-        from labutils import schedules
+        from labutils.costmodel import schedules
 
         name = self.controls["schedule"].value
         interleaved = name == "interleaved_1f1b"
@@ -76,7 +76,7 @@ class PipelineExplorer(Dashboard):
 
 def pipeline_explorer(schedule: str = "1f1b", num_stages: int = 4, num_microbatches: int = 8,
                       num_chunks: int = 2, backward_ratio: float = 2.0) -> PipelineExplorer:
-    """Dashboard of pipeline schedules: the Gantt chart of ``labutils.schedules.simulate`` and its bubble.
+    """Dashboard of pipeline schedules: the Gantt chart of ``labutils.costmodel.schedules.simulate`` and its bubble.
 
     Controls (``.controls``): "schedule", "p" (stages), "m" (microbatches), "v" (chunks per
     rank, interleaved_1f1b only) and "ratio" (t_B / t_F, backward time over forward time).

@@ -5,12 +5,13 @@ import html
 
 import ipywidgets as widgets
 
-from labutils import interconnects, plots
-from labutils.gpu_records import memory_text
+from labutils import plots
+from labutils.machine import interconnects
+from labutils.machine._gpu_records import memory_text
 from labutils.widgets.base import WIDE, POWERS_OF_TWO, Dashboard, check_choice, gpu_dropdown, params_slider
 
-_INTRA_NODE_LINKS = [("NVLink", "nvlink"), ("PCIe only", "pcie")]  # labutils.strategy.INTRA_NODE_LINKS
-#: inter-node links per GPU, per direction: Gb/s / 8 bits per byte (labutils.interconnects, after the
+_INTRA_NODE_LINKS = [("NVLink", "nvlink"), ("PCIe only", "pcie")]  # labutils.costmodel.strategy.INTRA_NODE_LINKS
+#: inter-node links per GPU, per direction: Gb/s / 8 bits per byte (labutils.machine.interconnects, after the
 #: InfiniBand Trade Association's port speeds)
 _INTER_NODE_LINKS = [(f"{link.label}, {link.rate_text.split(' per ')[0]} = {link.per_direction_GBps:g} GB/s",
                       link.per_direction_GBps) for link in map(interconnects.link, ("ib_hdr", "ib_ndr"))]
@@ -40,8 +41,8 @@ class StrategyChooser(Dashboard):
         super().__init__(controls, with_image=False)
 
     def _redraw(self) -> None:
-        from labutils import strategy
-        from labutils.roofline import DEVICES
+        from labutils.costmodel import strategy
+        from labutils.costmodel.roofline import DEVICES
 
         c = {name: control.value for name, control in self.controls.items()}
         device = DEVICES[c["gpu"]]
@@ -63,7 +64,7 @@ class StrategyChooser(Dashboard):
 def strategy_chooser(num_params: float = 70e9, gpus_per_node: int = 8, num_nodes: int = 4,
                      intra_node: str = "nvlink", inter_node_GBps: float = 50.0,
                      gpu: str = "h100") -> StrategyChooser:
-    """Dashboard over ``labutils.strategy.suggest``: a parallel layout for a model on a cluster.
+    """Dashboard over ``labutils.costmodel.strategy.suggest``: a parallel layout for a model on a cluster.
 
     Controls: "params", "gpus_per_node", "nodes", "intra_node" (NVLink or PCIe),
     "inter_node_GBps" (InfiniBand per GPU, per direction), "gpu". ``.readout`` shows the

@@ -14,10 +14,10 @@ class TopologyExplorer(Dashboard):
 
     def __init__(self, topologies: dict, sources: dict | None, start: str | None):
         if not topologies:
-            raise ValueError("no topologies to explore: pass {name: labutils.topology.Topology}")
+            raise ValueError("no topologies to explore: pass {name: labutils.machine.topology.Topology}")
         for name, topo in topologies.items():
             if not hasattr(topo, "gpu_pairs_by_link"):
-                raise ValueError(f"{name!r} is not a labutils.topology.Topology")
+                raise ValueError(f"{name!r} is not a labutils.machine.topology.Topology")
         start = next(iter(topologies)) if start is None else start
         check_choice("start", start, list(topologies))
         self.topologies, self.sources = dict(topologies), dict(sources or {})
@@ -36,7 +36,7 @@ class TopologyExplorer(Dashboard):
 
 
 def topology_explorer(topologies: dict, sources: dict | None = None, start: str | None = None) -> TopologyExplorer:
-    """Dashboard over parsed ``nvidia-smi topo -m`` matrices (``labutils.topology.Topology``).
+    """Dashboard over parsed ``nvidia-smi topo -m`` matrices (``labutils.machine.topology.Topology``).
 
     ``topologies``: name -> Topology; ``sources``: name -> where it was published (shown
     above the summary); ``start``: the name shown first. The control "name" picks a matrix;

@@ -101,7 +101,7 @@ class FakeGpuNode:
         # a cache of CUDA probes of its own, dropped after the test with the rest of the fake
         import functools
 
-        from labutils import cuda_probe
+        from labutils.devices import cuda_probe
 
         monkeypatch.setattr(cuda_probe, "_health_for", functools.lru_cache(maxsize=None)(
             cuda_probe._health_for.__wrapped__))
@@ -208,7 +208,7 @@ class FakeGpuNode:
 
     # ------------------------------------------------------------------ processes
     def _patch_processes(self, monkeypatch):
-        from labutils.cuda_probe import PROBE_CODE
+        from labutils.devices.cuda_probe import PROBE_CODE
 
         real_run, real_which = subprocess.run, __import__("shutil").which
 

@@ -1,0 +1,163 @@
+"""The template process: imports torch once, then forks ranks on request (Linux).
+
+Started by the caller as a fresh interpreter (``python -m labutils.ranks._template FD``), in its
+own session so a kernel interrupt does not reach it. It never runs a torch operation, so
+its forks start in a clean state (forking after a parallel torch op hangs the child; the
+notebook kernel itself is never forked). Speaks over the socket FD (``labutils.ranks._messages``):
+
+    template -> caller: TemplateHello(pid, torch_version, cuda_version, nccl_available,
+                                      started_at, imported_at)
+    caller -> template: Spawn([spec, ...])    template -> caller: Spawned([pid, ...])
+    template -> caller: RankExited(pid, exitcode, signal)    whenever a rank ends
+    caller closes the socket: every rank is killed and the template exits.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import selectors
+import signal
+import socket
+import sys
+import time
+
+from labutils.ranks import _wire
+from labutils.ranks._messages import RankExited, SignalRanks, Spawn, Spawned, TemplateHello
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """Ask Linux to SIGKILL this process when its parent (the template) dies."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except Exception:
+        pass
+
+
+def _fork_rank(spec: dict, control: socket.socket, wakeup_r: int, wakeup_w: int) -> int:
+    template_pid = os.getpid()
+    pid = os.fork()
+    if pid:
+        return pid
+    # Child: a rank. Drop the template's plumbing, then serve.
+    try:
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        control.close()
+        os.close(wakeup_r)
+        os.close(wakeup_w)
+        _die_with_parent()
+        if os.getppid() != template_pid:
+            os._exit(1)
+        from labutils.ranks import _worker
+
+        spec = dict(spec, parent_pid=template_pid)
+        _worker.serve(spec)
+    finally:
+        os._exit(1)
+
+
+def _reap(control: socket.socket, children: set) -> None:
+    while children:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        children.discard(pid)
+        if os.WIFSIGNALED(status):
+            message = RankExited(pid, None, os.WTERMSIG(status))
+        else:
+            message = RankExited(pid, os.waitstatus_to_exitcode(status), None)
+        try:
+            _wire.send(control, message)
+        except OSError:
+            pass
+
+
+def _signal(children: set, pids: list, sig: int) -> None:
+    """Send ``sig`` to those of ``pids`` that are this template's own ranks (the caller may live in
+    another PID namespace, where these numbers mean other processes: the template signals them)."""
+    for pid in pids:
+        if pid in children:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+
+
+def _kill_all(children: set) -> None:
+    for pid in list(children):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    for pid in list(children):
+        try:
+            os.waitpid(pid, 0)
+        except ChildProcessError:
+            pass
+
+
+def _preload(control: socket.socket, started_at: float) -> None:
+    """Import what every rank needs, so a fork costs milliseconds, not a torch import; then say hello.
+    Versions travel as plain str: torch's own version type would make the caller import torch."""
+    import cloudpickle  # noqa: F401
+    import torch
+    import torch.distributed as dist
+
+    import labutils.ranks._worker  # noqa: F401
+
+    cuda = torch.version.cuda
+    _wire.send(control, TemplateHello(os.getpid(), str(torch.__version__), None if cuda is None else str(cuda),
+                                      bool(dist.is_nccl_available()), started_at, time.monotonic()))
+
+
+def main(fd: int) -> None:
+    started_at = time.monotonic()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    control = socket.socket(fileno=fd)
+    try:
+        _preload(control, started_at)
+    except OSError:  # the caller went away while torch imported
+        os._exit(0)
+    children: set[int] = set()
+    wakeup_r, wakeup_w = os.pipe()
+    os.set_blocking(wakeup_w, False)
+    os.set_blocking(wakeup_r, False)
+    signal.set_wakeup_fd(wakeup_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    selector = selectors.DefaultSelector()
+    selector.register(control, selectors.EVENT_READ, "control")
+    selector.register(wakeup_r, selectors.EVENT_READ, "sigchld")
+    reader = _wire.FrameReader()
+    while True:
+        for key, _ in selector.select():
+            if key.data == "sigchld":
+                try:
+                    os.read(wakeup_r, 4096)
+                except BlockingIOError:
+                    pass
+                _reap(control, children)
+                continue
+            try:
+                data = control.recv(1 << 16)
+            except OSError:
+                data = b""
+            if not data:  # the caller has gone: take every rank with us
+                _kill_all(children)
+                os._exit(0)
+            for message in reader.feed(data):
+                if type(message) is Spawn:
+                    pids = [_fork_rank(spec, control, wakeup_r, wakeup_w) for spec in message.specs]
+                    children.update(pids)
+                    _wire.send(control, Spawned(pids))
+                elif type(message) is SignalRanks:
+                    _signal(children, message.pids, message.signal)
+        _reap(control, children)
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]))
