@@ -58,8 +58,30 @@ def test_stage3_traffic(answer, verdict):
     assert verdict in check.stage3_traffic_verdict(answer)
 
 
+# Exercise 4: checkpoints every 500 steps of 2 s, a rank lost at the start of step 1730, a 360 s
+# restart: steps 1500-1729 again (230 x 2 s) + 360 s.
+FAILURE_S = 230 * 2.0 + 360
+
+
+@pytest.mark.parametrize("answer, verdict", [
+    (FAILURE_S, "correct"),
+    (820.4, "correct"),
+    (230 * 2.0, "the restart itself"),
+    (360, "the restart alone"),
+    (231 * 2.0 + 360, "one step too many"),
+    (250 * 2.0 + 360, "average over failures"),
+    (500 * 2.0 + 360, "a whole interval"),
+    (FAILURE_S / 60, "in minutes"),
+    (1e6, "not quite"),
+    (None, "not answered yet"),
+    ("820", "give a number of seconds, not str"),
+])
+def test_failure_cost(answer, verdict):
+    assert verdict in check.failure_cost_verdict(answer)
+
+
 def test_checks_print_their_verdict(capsys):
     for function, answer in ((check.stage2_memory, STAGE2_GB), (check.stage3_gpus, 6),
-                             (check.stage3_traffic, STAGE3_GB)):
+                             (check.stage3_traffic, STAGE3_GB), (check.failure_cost, FAILURE_S)):
         assert function(answer) is None
         assert capsys.readouterr().out.startswith("correct")

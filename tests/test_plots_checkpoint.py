@@ -104,3 +104,49 @@ def test_checkpoint_waste_cuts_the_axis_at_100_percent():
 def test_checkpoint_waste_rejects_bad_input(intervals, waste, optima, match):
     with pytest.raises(ValueError, match=match):
         plots.checkpoint_waste(intervals, waste, optima)
+
+
+# ----------------------------------------------------------------------------- a restart's loss curve
+
+
+def _restart_inputs():
+    reference = {step: 1.0 / (1 + step) for step in range(12)}
+    attempts = {0: {step: reference[step] for step in range(10)}, 1: {step: reference[step] for step in range(8, 12)}}
+    return reference, attempts
+
+
+def test_restart_losses_draws_the_reference_each_attempt_and_the_steps_done_twice():
+    reference, attempts = _restart_inputs()
+    fig = plots.restart_losses(reference, attempts, checkpoints=[4, 8, 12], killed_at=10, title="resumed")
+    ax = fig.axes[0]
+    line, first, second = ax.get_lines()[:3]
+    assert list(line.get_xdata()) == list(range(12)) and list(line.get_ydata()) == pytest.approx(list(reference.values()))
+    assert list(first.get_xdata()) == list(range(10)) and list(second.get_xdata()) == [8, 9, 10, 11]
+    legend = legend_texts(fig)
+    assert "attempt 0: steps 0-9" in legend and "attempt 1: steps 8-11" in legend
+    assert "done twice: steps 8-9" in legend and "a rank killed: step 10 never finished" in legend
+    assert "checkpoint complete" in legend and "resumed" in texts(fig)
+    spans = [(p.get_x(), p.get_width()) for p in ax.patches if isinstance(p, Rectangle)]
+    assert spans == [(7.5, 2.0)], "steps 8 and 9, done twice, are shaded"
+    assert ax.get_xlabel() == "training step" and "loss" in ax.get_ylabel()
+
+
+def test_restart_losses_names_a_single_step_done_twice():
+    reference, attempts = _restart_inputs()
+    attempts = {0: {s: reference[s] for s in range(9)}, 1: {s: reference[s] for s in range(8, 12)}}
+    fig = plots.restart_losses(reference, attempts, checkpoints=[4, 8], killed_at=9)
+    assert "done twice: step 8" in legend_texts(fig)
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda r, a: ({0: 1.0}, a, {}), "at least two steps"),
+    (lambda r, a: ({**r, 3: -1.0}, a, {}), "positive numbers"),
+    (lambda r, a: (r, {}, {}), "between 1 and"),
+    (lambda r, a: (r, {0: {1: math.nan}}, {}), "attempt 0"),
+    (lambda r, a: (r, a, {"killed_at": 40}), "killed_at"),
+])
+def test_restart_losses_refuses_bad_input(change, message):
+    reference, attempts = _restart_inputs()
+    reference, attempts, extra = change(reference, attempts)
+    with pytest.raises(ValueError, match=message):
+        plots.restart_losses(reference, attempts, checkpoints=[4, 8], **{"killed_at": 10, **extra})

@@ -107,3 +107,36 @@ def stage3_traffic_verdict(answer) -> str:
 def stage3_traffic(answer) -> None:
     """Exercise 3 of chapter 7: GB one GPU sends per step under ZeRO stage 3."""
     print(stage3_traffic_verdict(answer))
+
+
+# Exercise 4: a checkpoint every 500 steps of 2.0 s, a rank lost at the start of step 1,730, a
+# 6-minute restart (the failure-and-restart cost of 7.10).
+_EX4_EVERY, _EX4_STEP_S, _EX4_KILLED_AT, _EX4_RESTART_S = 500, 2.0, 1730, 360.0
+
+
+def failure_cost_verdict(answer) -> str:
+    """The verdict :func:`failure_cost` prints (seconds of wall time one failure costs)."""
+    last_checkpoint = _EX4_KILLED_AT // _EX4_EVERY * _EX4_EVERY
+    redone_s = (_EX4_KILLED_AT - last_checkpoint) * _EX4_STEP_S
+    expected = redone_s + _EX4_RESTART_S
+    problem = number_problem(answer, "a number of seconds", finite="a finite number of seconds", show_type=True)
+    return problem or first_match(answer, [
+        (expected, f"correct: steps {last_checkpoint}-{_EX4_KILLED_AT - 1} run again "
+                   f"({redone_s:g} s) plus the restart ({_EX4_RESTART_S:g} s) = {expected:g} s"),
+        (redone_s, "that is the work done again; the restart itself (start, rendezvous, load) adds 360 s"),
+        (_EX4_RESTART_S, "that is the restart alone; the steps since the last checkpoint must also run again"),
+        ((_EX4_KILLED_AT - last_checkpoint + 1) * _EX4_STEP_S + _EX4_RESTART_S,
+         f"one step too many: the job resumes at step {last_checkpoint}, the first step after the checkpoint, "
+         f"and the failure came at the start of step {_EX4_KILLED_AT}"),
+        (_EX4_EVERY / 2 * _EX4_STEP_S + _EX4_RESTART_S,
+         "that is the average over failures (T/2 lost, 7.9); this failure's step is known"),
+        (_EX4_EVERY * _EX4_STEP_S + _EX4_RESTART_S,
+         "that is a whole interval; only the steps since the last checkpoint are lost"),
+        (expected / 60, "right amount in minutes; the question asks for seconds"),
+    ], "not quite: the job goes back to the last checkpoint before the failure, redoes the steps since, "
+       "and pays the restart once", rel_tol=1e-3)  # one step (2 s) is 0.24% of the answer
+
+
+def failure_cost(answer) -> None:
+    """Exercise 4 of chapter 7: seconds of wall time one failure costs."""
+    print(failure_cost_verdict(answer))

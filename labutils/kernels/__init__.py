@@ -2,5 +2,7 @@
 
 - ``recompute``: the bytes a transformer layer saves for backward with no, selective or full recomputation;
 - ``context_parallel``: ring attention and Ulysses all-to-all attention, checked against dense attention;
-- ``fp8``: the E4M3 and E5M2 formats, per-tensor scaling, and an FP8 all-gather.
+- ``fp8``: the E4M3 and E5M2 formats, per-tensor scaling, and an FP8 all-gather;
+- ``resumable``: an FSDP2 training job that saves DCP checkpoints and resumes from the latest after a
+  rank dies under ``torchrun --max-restarts`` (chapter 7.10).
 """

@@ -109,7 +109,7 @@ from labutils.plots.strategy import (
     scaling_against_model,
 )
 from labutils.plots.scale_memory import overlap_timeline, recompute_tradeoff
-from labutils.plots.checkpoint import checkpoint_bytes_per_rank, checkpoint_waste
+from labutils.plots.checkpoint import checkpoint_bytes_per_rank, checkpoint_waste, restart_losses
 
 __all__ = [
     "GB",
@@ -189,4 +189,5 @@ __all__ = [
     "recompute_tradeoff",
     "checkpoint_bytes_per_rank",
     "checkpoint_waste",
+    "restart_losses",
 ]

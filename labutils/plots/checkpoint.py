@@ -1,5 +1,6 @@
-"""Checkpoint figures (chapter 7.9): the bytes each rank writes to a distributed checkpoint, and the
-share of a job's time that checkpoints and restarts waste against the checkpoint interval.
+"""Checkpoint figures (chapters 7.9 and 7.10): the bytes each rank writes to a distributed checkpoint,
+the share of a job's time that checkpoints and restarts waste against the checkpoint interval, and
+the loss curve of a job that lost a rank and resumed from its last checkpoint.
 
 Units: bytes in decimal prefixes (kB = 1e3 B, MB = 1e6 B, GB = 1e9 B, as for memory in the rest of the
 course), times in seconds on input and minutes on the interval axis, waste in % of wall time.
@@ -134,4 +135,51 @@ def checkpoint_waste(intervals_s: Sequence[float], waste: Mapping[str, Sequence[
     ax.grid(True, which="major", alpha=0.3)
     fig.legend(*ax.get_legend_handles_labels(), loc="outside lower center", fontsize=8, frameon=False)
     ax.set_title(title or "Checkpoint cost + lost work against the checkpoint interval")
+    return fig
+
+
+def restart_losses(uninterrupted: Mapping[int, float], attempts: Mapping[int, Mapping[int, float]], *,
+                   checkpoints: Sequence[int], killed_at: int, title: str | None = None) -> Figure:
+    """Loss against step: a run nobody interrupted (line) and each attempt of one that lost a rank (markers).
+
+    ``uninterrupted``: step -> loss. ``attempts``: attempt number (torchrun's restart count, 0 first)
+    -> {step: loss} of the steps that attempt finished. ``checkpoints``: the steps after which a
+    checkpoint was complete (dotted lines). ``killed_at``: the step during which a rank died (dashed
+    line, before that step). The steps between the last checkpoint before the death and the death were
+    done twice: they are shaded. Losses are the caller's (mean over ranks).
+    """
+    reference = {int(step): loss for step, loss in uninterrupted.items()}
+    _require(len(reference) >= 2, "pass the losses of at least two steps of the uninterrupted run")
+    _require(all(_is_number(loss) and loss > 0 for loss in reference.values()), "losses must be positive numbers")
+    runs = {int(attempt): dict(steps) for attempt, steps in attempts.items()}
+    _require(1 <= len(runs) <= len(_COLORS) - 1, f"pass between 1 and {len(_COLORS) - 1} attempts")
+    for attempt, steps in runs.items():
+        _require(all(_is_number(loss) and loss > 0 for loss in steps.values()),
+                 f"attempt {attempt}: losses must be positive numbers")
+    marks = sorted(int(step) for step in checkpoints)
+    _require(_is_number(killed_at) and min(reference) <= killed_at <= max(reference) + 1,
+             f"killed_at ({killed_at!r}) must be a step of the run")
+    resumed_from = max((step for step in marks if step <= killed_at), default=0)
+
+    fig = CourseFigure(figsize=(7.5, 4.6), layout="constrained")
+    ax = fig.subplots()
+    steps = sorted(reference)
+    ax.plot(steps, [reference[s] for s in steps], color="black", linewidth=1.5, label="run with no failure")
+    for (attempt, losses), color, marker in zip(sorted(runs.items()), _COLORS, ("o", "x", "s", "^", "v")):
+        done = sorted(losses)
+        ax.plot(done, [losses[s] for s in done], linestyle="none", marker=marker, color=color, markersize=7,
+                label=f"attempt {attempt}: steps {done[0]}-{done[-1]}" if done else f"attempt {attempt}: no step")
+    if killed_at > resumed_from:
+        twice = f"step {resumed_from}" if killed_at - resumed_from == 1 else f"steps {resumed_from}-{killed_at - 1}"
+        ax.axvspan(resumed_from - 0.5, killed_at - 0.5, color=_COLORS[3], alpha=0.12, label=f"done twice: {twice}")
+    for i, step in enumerate(marks):
+        ax.axvline(step - 0.5, color="grey", linestyle=":", linewidth=1,
+                   label="checkpoint complete" if i == 0 else None)
+    ax.axvline(killed_at - 0.5, color=_COLORS[3], linestyle="--", linewidth=1.2,
+               label=f"a rank killed: step {killed_at} never finished")
+    ax.set_xlabel("training step")
+    ax.set_ylabel("loss (mean over ranks)")
+    ax.grid(True, which="major", alpha=0.3)
+    ax.legend(loc="upper right", fontsize=8)
+    ax.set_title(title or "A rank dies; the job resumes from its last checkpoint")
     return fig

@@ -100,6 +100,18 @@ def job_backend(asked: str, store, rank: int, local_world: int) -> str:
     return chosen
 
 
+def attempt_store(store):
+    """``store`` with its keys kept apart per torchrun attempt (``TORCHELASTIC_RESTART_COUNT``).
+
+    After ``--max-restarts`` starts a failed job again, its new processes may meet in the same
+    store as the old ones. Without a prefix of their own they could read what a dead process of the
+    previous attempt published there (its backend choice, or gloo's and NCCL's connection details)
+    and connect to an address nobody listens on any more."""
+    import torch.distributed as dist
+
+    return dist.PrefixStore(f"labutils/attempt_{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}", store)
+
+
 def init_from_environment(backend: str = "auto"):
     """Initialise the default process group from torchrun's variables; return the device.
 
@@ -125,6 +137,7 @@ def init_from_environment(backend: str = "auto"):
         backend = dist.get_backend()
     else:
         store, rank, world_size = next(dist.rendezvous("env://"))
+        store = attempt_store(store)
         backend = job_backend(backend, store, rank, local_world)
     if backend == "nccl":
         device = torch.device("cuda", local_rank)
