@@ -1,7 +1,8 @@
 """The fixtures, wrong submissions written as the solution plus their mistake
 (grading/autograder/fixtures.py): the solution they start from, one definition of a cell replaced
-(grading/autograder/definitions.py), the errors a fixture that names what is not there meets, and
-every fixture under tests/fixtures building code that parses, with the definitions it names
+(grading/autograder/definitions.py) or a few of its lines changed by hunks
+(grading/autograder/fixture_hunks.py), the errors a fixture that names what is not there meets,
+and every fixture under tests/fixtures building code that parses, with the definitions it names
 where it names them. No kernel and no rank: the tests that grade the fixtures are the labs'."""
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ FIXTURES = os.path.join(REPO, "tests", "fixtures")
 LABS = sorted(os.listdir(os.path.join(REPO, "labs")))
 
 from grading.autograder.definitions import replace_definition
+from grading.autograder.fixture_hunks import edit_code
 from grading.autograder.fixtures import apply_fixture, parse_fixture, student_solution
 
 
@@ -122,6 +124,42 @@ def test_a_name_defined_twice_is_refused():
         replace_definition("def twice():\n    pass\n\n\ndef twice():\n    pass", "twice", "def twice():\n    return 1")
 
 
+# ----- a few lines of a definition or a cell changed by hunks ----------------------------------------
+
+def test_a_hunk_replaces_the_lines_it_removes_between_the_lines_it_keeps_trailing_whitespace_aside():
+    hunk = "\n".join([" def helper():   ", "-    return math.pi", "+    x = 3", "+    return x"])
+    assert edit_code(CELL, hunk, "helper") == CELL.replace("    return math.pi", "    x = 3\n    return x")
+
+
+def test_a_hunk_of_removed_lines_only_removes_them():
+    assert edit_code(CELL, "-    # the scale every layer shares\n-    SCALE = 2", "Layer") == CELL.replace(
+        "    # the scale every layer shares\n    SCALE = 2\n", "")
+
+
+def test_two_hunks_apply_one_after_the_other():
+    hunks = "-import math\n+import cmath\n# @@\n-    return math.pi\n+    return cmath.pi"
+    assert edit_code(CELL, hunks) == CELL.replace("math", "cmath")
+
+
+def test_without_a_definition_a_hunk_applies_to_the_whole_cell():
+    hunk = " import math\n+import os\n\n\n class Layer:"
+    assert edit_code(CELL, hunk) == CELL.replace("import math\n", "import math\nimport os\n")
+
+
+def test_a_hunk_on_a_method_finds_its_lines_in_that_method_only():
+    hunk = "-        return g\n+        return -g"
+    assert edit_code(CELL, hunk, "Layer.backward") == CELL.replace("return g", "return -g")
+    with pytest.raises(ValueError, match="Layer.forward: the hunk that starts '-        return g' is not in the code"):
+        edit_code(CELL, hunk, "Layer.forward")
+
+
+def test_a_hunk_whose_lines_are_not_in_the_code_or_are_there_more_than_once_is_refused():
+    with pytest.raises(ValueError, match="'-    return math.tau' is not in the code"):
+        edit_code(CELL, "-    return math.tau")
+    with pytest.raises(ValueError, match="' ' is in the code 7 times"):
+        edit_code(CELL, " \n+    # a comment")
+
+
 # ----- fixtures that name what is not there ------------------------------------------------------------
 
 def _broken(sections: str):
@@ -134,8 +172,14 @@ def _broken(sections: str):
     ("# %% replace: f  def: CopyToTPRegion.sideways\ndef sideways(ctx):\n    pass\n",
      ["broken", "'f'", "no definition of CopyToTPRegion.sideways"]),
     ("# %% replace: f  def: NoSuchClass.forward\ndef forward(ctx):\n    pass\n", ["broken", "'f'", "NoSuchClass"]),
+    ("# %% edit: f  def: CopyToTPRegion.sideways\n-        return x\n", ["broken", "'f'", "CopyToTPRegion.sideways"]),
+    ("# %% edit: f  def: CopyToTPRegion.backward\n-        return grad_output, None\n",
+     ["broken", "'f'", "CopyToTPRegion.backward", "'-        return grad_output, None'", "not in the code"]),
+    ("# %% edit: f  def: CopyToTPRegion\n     @staticmethod\n+    # twice\n",
+     ["broken", "'f'", "CopyToTPRegion", "'     @staticmethod'", "in the code 2 times"]),
+    ("# %% edit: f\n-    return x.view_as(x)\n+    return x\n", ["broken", "'f'", "'-    return x.view_as(x)'"]),
 ])
-def test_applying_a_fixture_that_names_a_missing_cell_or_definition_names_the_fixture_the_cell_and_the_name(
+def test_applying_a_fixture_that_names_a_missing_cell_definition_or_line_names_the_fixture_the_cell_and_the_name(
         sections, words):
     with pytest.raises(ValueError) as error:
         apply_fixture(_solution(LABS[0]), _broken(sections))
@@ -144,12 +188,21 @@ def test_applying_a_fixture_that_names_a_missing_cell_or_definition_names_the_fi
 
 @pytest.mark.parametrize("text, error", [
     ("# loses: test_f\n", "changes nothing"),
-    ("# %% append: f  def: copy_to_tp_region\npass\n", "only a replace names a definition"),
+    ("# %% append: f  def: copy_to_tp_region\npass\n", "only a replace or an edit names a definition"),
     ("# %% replace f\npass\n", "not a section header"),
 ])
 def test_a_fixture_that_changes_nothing_or_misspells_a_section_is_refused_when_parsed(text, error):
     with pytest.raises(ValueError, match=error):
         parse_fixture("broken", text)
+
+
+def test_an_edit_whose_body_is_not_hunks_is_refused_when_parsed():
+    with pytest.raises(ValueError, match="broken: cell 'f': a hunk's line must start with '-', '[+]' or a space"):
+        parse_fixture("broken", "# %% edit: f\n-import math\nimport os\n")
+    with pytest.raises(ValueError, match="must keep or remove a line of the solution; this one starts with '[+]import"):
+        parse_fixture("broken", "# %% edit: f\n-import math\n# @@\n+import os\n")
+    with pytest.raises(ValueError, match="must keep or remove a line of the solution; this one starts with nothing"):
+        parse_fixture("broken", "# %% edit: f\n-import math\n# @@\n# @@\n-    return math.pi\n")
 
 
 # ----- every fixture builds the code it means ------------------------------------------------------
@@ -159,13 +212,16 @@ def test_every_fixture_builds_code_that_parses_with_each_change_where_it_names_i
     fixture = _fixture(relative)
     assert fixture.description, relative
     built = apply_fixture(_solution(_lab_of(relative)), fixture)
-    cells = {edit.cell for edit in fixture.edits if edit.action in ("replace", "prepend", "append")}
+    cells = {edit.cell for edit in fixture.edits if edit.action in ("replace", "edit", "prepend", "append")}
     trees = {cell: ast.parse(_cell(built, cell).source) for cell in cells}   # every cell it writes parses
     for edit in fixture.edits:
-        if edit.definition:
-            node = trees[edit.cell]
-            for name in edit.definition.split("."):
-                node = next(n for n in node.body if getattr(n, "name", None) == name)
+        node = trees.get(edit.cell)
+        for name in edit.definition.split(".") if edit.definition else ():   # the definition it names is there
+            node = next(n for n in node.body if getattr(n, "name", None) == name)
+        if edit.action == "edit":
+            added = [line[1:] for line in edit.text.split("\n") if line.startswith("+")]
+            assert set(added) <= set(_cell(built, edit.cell).source.split("\n")), edit.cell
+        elif edit.definition:
             assert ast.dump(node) == ast.dump(ast.parse(textwrap.dedent(edit.text)).body[0]), edit.definition
         elif edit.action == "prepend":
             assert _cell(built, edit.cell).source.startswith(edit.text)

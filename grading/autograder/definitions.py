@@ -4,7 +4,8 @@ A definition is named by its path: ``ring_neighbours`` (a top-level function or 
 ``DataParallel.no_sync`` (a method; any depth, each step a function or class defined directly in
 the previous one's body). Its lines, decorators included, are found with ``ast`` and the new
 text takes their place, indented as the old definition was; the comments and blank lines
-around it stay.
+around it stay. ``definition_lines`` finds those lines for a change of a few of them
+(``fixture_hunks``).
 """
 from __future__ import annotations
 
@@ -20,16 +21,22 @@ def replace_definition(source: str, path: str, text: str) -> str:
     more than one, or ``text`` is not one."""
     new = textwrap.dedent(text).strip("\n")
     _check_replacement(new, path)
+    first, end = definition_lines(source, path)
+    lines = source.split("\n")
+    indent = lines[first][:len(lines[first]) - len(lines[first].lstrip())]
+    replacement = [indent + line if line.strip() else "" for line in new.split("\n")]
+    return "\n".join(lines[:first] + replacement + lines[end:])
+
+
+def definition_lines(source: str, path: str) -> tuple[int, int]:
+    """(first, end): the definition ``path`` is ``source.split("\\n")[first:end]``, decorators
+    included. ValueError when ``source`` is not Python, or has no such definition or more than one."""
     try:
         tree = ast.parse(source)
     except SyntaxError as error:
         raise ValueError(f"the cell is not Python: {error}") from None
     node = _find(tree.body, path)
-    lines = source.split("\n")
-    first = min([node.lineno] + [decorator.lineno for decorator in node.decorator_list]) - 1
-    indent = lines[first][:len(lines[first]) - len(lines[first].lstrip())]
-    replacement = [indent + line if line.strip() else "" for line in new.split("\n")]
-    return "\n".join(lines[:first] + replacement + lines[node.end_lineno:])
+    return min([node.lineno] + [decorator.lineno for decorator in node.decorator_list]) - 1, node.end_lineno
 
 
 def _find(body: list, path: str):

@@ -11,6 +11,8 @@ that notebook, one section per change, and shows only the mistake it teaches::
         ...
     # %% prepend: row_parallel      (lines put before a cell's code: the imports and helpers
                                       that a replaced definition needs)
+    # %% edit: parallel_mlp         (lines of a cell's code, or with ``def:`` of one definition,
+                                      removed, added and kept: hunks, below)
     # %% replace: parallel_mlp      (a whole cell's code)
     # %% append: check_f            (add lines to a cell)
     # %% delete: test_g             (remove a cell; no body)
@@ -22,8 +24,18 @@ that notebook, one section per change, and shows only the mistake it teaches::
 ``replace: CELL  def: NAME`` replaces one definition of the cell, the rest of the cell kept as
 the solution writes it: NAME is a top-level function or class (``ring_neighbours``) or a method
 (``DataParallel.no_sync``), and the section's body is its new definition, of the same name, at
-any indentation (``definitions.replace_definition``). Sections apply in order, so several may
-change one cell. A cell or definition that is not there is a ValueError naming the fixture.
+any indentation (``definitions.replace_definition``). ``edit: CELL  def: NAME`` changes a few
+lines of the definition instead and shows only them (without ``def:``, of the whole cell): its
+body is hunks separated by ``# @@`` lines, each line marked ``-`` (a line of the solution
+removed), ``+`` (added) or a space (kept), written as the cell has them (``fixture_hunks``)::
+
+    # %% edit: f  def: CopyToTPRegion.backward
+             grad_input = grad_output.clone()
+    -        dist.all_reduce(grad_input, group=ctx.group)
+             return grad_input, None
+
+Sections apply in order, so several may change one cell. A cell or definition that is not
+there, or a hunk whose lines are not in it once, is a ValueError naming the fixture.
 
 Header lines ``# loses: CELL ...`` (test cells that must score zero), ``# reports: ...``
 (tampering the report must list, ``kind role cell`` separated by ";") and ``# attention: ...``
@@ -39,15 +51,16 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from grading.autograder.definitions import replace_definition
+from grading.autograder.fixture_hunks import edit_code, hunks
 
-_SECTION = re.compile(r"^# %% (replace|prepend|append|delete|insert|metadata|file): (\S+)(?:\s+def: (\S+))?\s*$")
+_SECTION = re.compile(r"^# %% (replace|edit|prepend|append|delete|insert|metadata|file): (\S+)(?:\s+def: (\S+))?\s*$")
 _CELL_METADATA = "# nbgrader: "
 _SOLUTION_MARKER = re.compile(r"^\s*### (BEGIN|END) SOLUTION\s*$")
 
 
 class Edit(NamedTuple):
     """One section of a fixture: ``action`` on ``cell`` (a grade_id, or a file name) with
-    ``text``; ``definition``, for a ``replace`` of one definition only, names it."""
+    ``text``; ``definition``, for a ``replace`` or an ``edit`` of one definition only, names it."""
 
     action: str
     cell: str
@@ -79,8 +92,8 @@ def parse_fixture(name: str, text: str) -> Fixture:
     for line in text.splitlines():
         match = _SECTION.match(line)
         if match:
-            if match[3] and match[1] != "replace":
-                raise ValueError(f"fixture {name}: only a replace names a definition: {line!r}")
+            if match[3] and match[1] not in ("replace", "edit"):
+                raise ValueError(f"fixture {name}: only a replace or an edit names a definition: {line!r}")
             current = [match[1], match[2], [], match[3]]
             fixture.edits.append(current)
         elif line.startswith("# %% "):
@@ -100,6 +113,11 @@ def parse_fixture(name: str, text: str) -> Fixture:
     fixture.description = " ".join(description)
     fixture.edits = [Edit(action, cell, "\n".join(body).strip("\n"), definition)
                      for action, cell, body, definition in fixture.edits]
+    for edit in [edit for edit in fixture.edits if edit.action == "edit"]:   # hunks misspelled: refused now
+        try:
+            hunks(edit.text)
+        except ValueError as error:
+            raise ValueError(f"fixture {name}: cell {edit.cell!r}: {error}") from None
     return fixture
 
 
@@ -132,8 +150,8 @@ def _inserted_cell(text: str):
 
 
 def apply_fixture(notebook, fixture: Fixture):
-    """A copy of ``notebook`` with the fixture's edits; ValueError names a cell or a definition
-    that is not there. ``file`` sections are not the notebook's: see ``Fixture.files``."""
+    """A copy of ``notebook`` with the fixture's edits; ValueError names a cell, a definition or
+    a hunk's lines that are not there. ``file`` sections are not the notebook's: see ``Fixture.files``."""
     notebook = copy.deepcopy(notebook)
     for edit in fixture.edits:
         if edit.action == "file":
@@ -152,11 +170,18 @@ def apply_fixture(notebook, fixture: Fixture):
             notebook.cells.insert(index + 1, _inserted_cell(edit.text))
         elif edit.action == "metadata":
             cell.metadata["nbgrader"].update(json.loads(edit.text))
-        elif edit.definition:
+        else:
             try:
-                cell.source = replace_definition(cell.source, edit.definition, edit.text)
+                cell.source = _changed_code(cell.source, edit)
             except ValueError as error:
                 raise ValueError(f"fixture {fixture.name}: cell {edit.cell!r}: {error}") from None
-        else:
-            cell.source = edit.text
     return notebook
+
+
+def _changed_code(source: str, edit: Edit) -> str:
+    """A cell's code ``source`` after a ``replace`` or an ``edit`` section."""
+    if edit.action == "edit":
+        return edit_code(source, edit.text, edit.definition)
+    if edit.definition:
+        return replace_definition(source, edit.definition, edit.text)
+    return edit.text
