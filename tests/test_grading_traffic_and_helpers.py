@@ -135,7 +135,7 @@ def test_a_helper_module_beside_the_notebook_travels_by_value_and_nothing_else_d
     env = dict(os.environ, PYTHONPATH=REPO)
     out = subprocess.run([sys.executable, "-c", check], input=blob, capture_output=True, check=True, cwd="/",
                          env=env).stdout.decode().split()
-    assert out == ["3.1416", "12.5664", "labutils.launch", str(tmp_path / "my_layers.py")]
+    assert out == ["3.1416", "12.5664", "labutils.ranks.launch", str(tmp_path / "my_layers.py")]
 
 
 def test_the_calibration_bench_measures_an_honest_solution_within_the_slack():
