@@ -78,6 +78,18 @@ def percentile(values, q: float) -> float:
     return values[min(len(values) - 1, int(round(q * (len(values) - 1))))]
 
 
+def timed_calls(call, calls: int, warmup: int = 20) -> list[float]:
+    """Seconds of each of ``calls`` calls of ``call()``, after ``warmup`` untimed ones."""
+    for _ in range(warmup):
+        call()
+    times = []
+    for _ in range(calls):
+        start = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - start)
+    return times
+
+
 def run_python(code: str) -> float:
     """Run code in a fresh interpreter; it prints one float (seconds) as its last line."""
     out = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
@@ -220,13 +232,8 @@ def ours_later_launch(n: int, repeats: int) -> float:
 
         dist.all_reduce(torch.ones(1))
 
-    labutils.launch(later, n)  # warm the template
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        labutils.launch(later, n)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    # the first launch warms the template
+    return statistics.median(timed_calls(lambda: labutils.launch(later, n), repeats, warmup=1))
 
 
 def ours_pool_calls(n: int, calls: int) -> list[float]:
@@ -235,14 +242,7 @@ def ours_pool_calls(n: int, calls: int) -> list[float]:
     import labutils
 
     with labutils.Pool(n) as pool:
-        for _ in range(20):
-            pool.run(dist.barrier)
-        times = []
-        for _ in range(calls):
-            start = time.perf_counter()
-            pool.run(dist.barrier)
-            times.append(time.perf_counter() - start)
-    return times
+        return timed_calls(lambda: pool.run(dist.barrier), calls)
 
 
 def ours_magic_calls(n: int, calls: int) -> list[float]:
@@ -250,13 +250,7 @@ def ours_magic_calls(n: int, calls: int) -> list[float]:
 
     shell = InteractiveShell.instance()
     shell.run_line_magic("load_ext", "labutils")
-    for _ in range(20):
-        shell.run_cell_magic("distributed", f"-n {n}", "dist.barrier()")
-    times = []
-    for _ in range(calls):
-        start = time.perf_counter()
-        shell.run_cell_magic("distributed", f"-n {n}", "dist.barrier()")
-        times.append(time.perf_counter() - start)
+    times = timed_calls(lambda: shell.run_cell_magic("distributed", f"-n {n}", "dist.barrier()"), calls)
     shell.run_line_magic("distributed_shutdown", "")
     return times
 
@@ -292,14 +286,7 @@ def anchor_ipyparallel(n: int, calls: int) -> list[float]:
         view.apply_sync(lambda p: __import__("sys").path.insert(0, p), HERE)
         port = free_port()
         view.map_sync(_anchor_fns.ipp_init, range(n), [n] * n, [port] * n)
-        for _ in range(20):
-            view.apply_sync(_anchor_fns.ipp_barrier)
-        times = []
-        for _ in range(calls):
-            start = time.perf_counter()
-            view.apply_sync(_anchor_fns.ipp_barrier)
-            times.append(time.perf_counter() - start)
-        return times
+        return timed_calls(lambda: view.apply_sync(_anchor_fns.ipp_barrier), calls)
     finally:
         cluster.stop_cluster_sync()
 

@@ -42,17 +42,24 @@ class LeakError(RuntimeError):
     """The students' copy holds instructors' material; the message lists where."""
 
 
+def replace_marked_folder(out_dir: Path, marker: str, what: str, command: str, error: type = ValueError) -> None:
+    """Make ``out_dir`` an empty folder for a new build of ``what`` ("a students' copy"), marked by
+    the file ``marker`` as written by ``command``. A folder that holds anything and no ``marker``
+    is refused with ``error``: a rebuild deletes only what an earlier build wrote."""
+    if out_dir.exists() and any(out_dir.iterdir()) and not (out_dir / marker).exists():
+        raise error(f"{out_dir} exists and is not {what}: choose an empty or new folder")
+    if out_dir.exists():
+        shutil.rmtree(out_dir)
+    out_dir.mkdir(parents=True)
+    (out_dir / marker).write_text(f"{what[0].upper()}{what[1:]}, written by `{command}`.\n")
+
+
 def build_student_copy(out_dir: Path, course_root: Path = COURSE_ROOT) -> Path:
     """Write the students' copy to ``out_dir`` (replaced if present), check it, return it."""
     out_dir = Path(out_dir).resolve()
     if course_root.resolve() in (out_dir, *out_dir.parents) and "build" not in out_dir.parts:
         raise ValueError(f"{out_dir} is inside the course but not under build/: choose a folder under build/")
-    if out_dir.exists() and any(out_dir.iterdir()) and not (out_dir / MARKER).exists():
-        raise ValueError(f"{out_dir} exists and is not a students' copy: choose an empty or new folder")
-    if out_dir.exists():
-        shutil.rmtree(out_dir)
-    out_dir.mkdir(parents=True)
-    (out_dir / MARKER).write_text("A students' copy of the course, written by `course student`.\n")
+    replace_marked_folder(out_dir, MARKER, "a students' copy", "course student")
     for folder in COPIED_FOLDERS:
         shutil.copytree(course_root / folder, out_dir / folder, ignore=_IGNORED)
     shutil.copy2(course_root / "environment.yml", out_dir / "environment.yml")

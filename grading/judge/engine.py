@@ -47,6 +47,16 @@ class Case:
     groups: list[dict]
 
 
+def group_layout(label: str, group_size: int, world_size: int) -> str:
+    """How a case groups its ranks, for its name: ``label`` ("tp_size=4") when one group holds every
+    rank, else ``label`` and the groups of consecutive ranks ("tp_size=2 (groups {0, 1} and {2, 3})")."""
+    if group_size == world_size:
+        return label
+    groups = " and ".join("{" + ", ".join(map(str, range(start, start + group_size))) + "}"
+                          for start in range(0, world_size, group_size))
+    return f"{label} (groups {groups})"
+
+
 @dataclass(frozen=True)
 class TestSpec:
     """A hidden test: the objects it needs, the names replaced by the reference on the ranks

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from grading.judge.engine import Case, TestSpec, dense_grads, gelu, linear
+from grading.judge.engine import Case, TestSpec, dense_grads, gelu, group_layout, linear
 from grading.reference import tensor_parallel as tp_layers
 from grading.reference import tp_communications as tp_comm
 from grading.reference.tensor_parallel import column_shard, row_shard
@@ -23,25 +23,15 @@ from grading.reference.tensor_parallel import column_shard, row_shard
 WORLD_SIZE = 4
 TP_SIZES = (2, 4)
 
-#: Name in the student's notebook -> the reference object (the lab's API).
-REFERENCE = {
-    "CopyToTPRegion": tp_comm.CopyToTPRegion,
-    "copy_to_tp_region": tp_comm.copy_to_tp_region,
-    "ReduceFromTPRegion": tp_comm.ReduceFromTPRegion,
-    "reduce_from_tp_region": tp_comm.reduce_from_tp_region,
-    "GatherFromTPRegion": tp_comm.GatherFromTPRegion,
-    "gather_from_tp_region": tp_comm.gather_from_tp_region,
-    "ScatterToTPRegion": tp_comm.ScatterToTPRegion,
-    "scatter_to_tp_region": tp_comm.scatter_to_tp_region,
-    "split_last_dim": tp_comm.split_last_dim,
-    "all_gather_last_dim": tp_comm.all_gather_last_dim,
-    "ColumnParallelLinear": tp_layers.ColumnParallelLinear,
-    "RowParallelLinear": tp_layers.RowParallelLinear,
-    "ParallelMLP": tp_layers.ParallelMLP,
-}
+#: The lab's communication mappings (grading/reference/tp_communications.py) and layers
+#: (grading/reference/tensor_parallel.py), named in the student's notebook as in the reference.
 _MAPPINGS = ("CopyToTPRegion", "copy_to_tp_region", "ReduceFromTPRegion", "reduce_from_tp_region",
              "GatherFromTPRegion", "gather_from_tp_region", "ScatterToTPRegion", "scatter_to_tp_region",
              "split_last_dim", "all_gather_last_dim")
+_LAYERS = ("ColumnParallelLinear", "RowParallelLinear", "ParallelMLP")
+#: Name in the student's notebook -> the reference object (the lab's API).
+REFERENCE = {**{name: getattr(tp_comm, name) for name in _MAPPINGS},
+             **{name: getattr(tp_layers, name) for name in _LAYERS}}
 
 
 def _randn(generator: torch.Generator, *shape: int) -> torch.Tensor:
@@ -49,10 +39,7 @@ def _randn(generator: torch.Generator, *shape: int) -> torch.Tensor:
 
 
 def _layout(tp_size: int) -> str:
-    if tp_size == WORLD_SIZE:
-        return f"tp_size={tp_size}"
-    groups = " and ".join("{" + ", ".join(map(str, range(s, s + tp_size))) + "}" for s in range(0, WORLD_SIZE, tp_size))
-    return f"tp_size={tp_size} (groups {groups})"
+    return group_layout(f"tp_size={tp_size}", tp_size, WORLD_SIZE)
 
 
 def _groups(tp_size: int, make) -> list:
@@ -84,14 +71,20 @@ def _own_rows(name: str):
     return rank_data
 
 
-def _f_run(objects, case, run):
+def _forward_backward(run, forward):
+    """Rank code of every test: ``forward(x)`` on the leaf ``x`` in phase "forward", then the
+    upstream gradient backpropagated in phase "backward"; the rank's result (output and dX)."""
     x = run.leaf("x")
     with run.phase("forward"):
-        y = objects["copy_to_tp_region"](x, run.group)
+        y = forward(x)
     upstream = run.tensor("upstream")
     with run.phase("backward"):
         (y * upstream).sum().backward()
     return run.result(y, x.grad)
+
+
+def _f_run(objects, case, run):
+    return _forward_backward(run, lambda x: objects["copy_to_tp_region"](x, run.group))
 
 
 def _g_cases(generator):
@@ -108,12 +101,7 @@ def _g_expected(case, data):
 
 
 def _g_run(objects, case, run):
-    x = run.leaf("x")
-    with run.phase("forward"):
-        y = objects["reduce_from_tp_region"](x, run.group)
-    with run.phase("backward"):
-        (y * run.tensor("upstream")).sum().backward()
-    return run.result(y, x.grad)
+    return _forward_backward(run, lambda x: objects["reduce_from_tp_region"](x, run.group))
 
 
 # ----- ColumnParallelLinear and RowParallelLinear ----------------------------------------------
@@ -130,6 +118,27 @@ def _dense_linear(data):
     return dense_grads(linear, {"x": data["x"], "weight": data["weight"], "bias": data.get("bias")}, data["upstream"])
 
 
+def _linear_cases(generator, layer: str, flag: str, configs) -> list:
+    """Cases of ``layer`` for each tp size and each (in_features, out_features, bias, value of the
+    keyword argument ``flag``, x shape) of ``configs``."""
+    cases = []
+    for tp in TP_SIZES:
+        for in_f, out_f, bias, flag_value, x_shape in configs:
+            params = {"in_features": in_f, "out_features": out_f, "bias": bias, flag: flag_value}
+            name = f"{layer}({in_f}, {out_f}, bias={bias}, {flag}={flag_value}), {_layout(tp)}, x of shape {x_shape}"
+            cases.append(Case(name, tp, params, _groups(tp, lambda: _linear_data(generator, in_f, out_f, bias, x_shape))))
+    return cases
+
+
+def _linear_run(objects, case, run, layer: str, flag: str):
+    """Rank code of a linear layer's test: ``layer`` built with the case's sizes, bias and ``flag``,
+    this rank's shards loaded, forward and backward."""
+    p = case.params
+    module = objects[layer](p["in_features"], p["out_features"], run.group, bias=p["bias"], **{flag: p[flag]})
+    run.load(module, {"weight": run.tensor("weight"), "bias": run.tensor("bias") if p["bias"] else None})
+    return _forward_backward(run, module)
+
+
 _COLUMN_CONFIGS = (  # in_features, out_features, bias, gather_output, x shape
     (8, 12, True, False, (2, 3, 8)),
     (6, 8, False, True, (5, 6)),
@@ -137,14 +146,7 @@ _COLUMN_CONFIGS = (  # in_features, out_features, bias, gather_output, x shape
 
 
 def _column_cases(generator):
-    cases = []
-    for tp in TP_SIZES:
-        for in_f, out_f, bias, gather, x_shape in _COLUMN_CONFIGS:
-            params = {"in_features": in_f, "out_features": out_f, "bias": bias, "gather_output": gather}
-            name = (f"ColumnParallelLinear({in_f}, {out_f}, bias={bias}, gather_output={gather}), "
-                    f"{_layout(tp)}, x of shape {x_shape}")
-            cases.append(Case(name, tp, params, _groups(tp, lambda: _linear_data(generator, in_f, out_f, bias, x_shape))))
-    return cases
+    return _linear_cases(generator, "ColumnParallelLinear", "gather_output", _COLUMN_CONFIGS)
 
 
 def _column_expected(case, data):
@@ -172,16 +174,7 @@ def _column_rank_data(case, data, group_rank):
 
 
 def _column_run(objects, case, run):
-    p = case.params
-    layer = objects["ColumnParallelLinear"](p["in_features"], p["out_features"], run.group,
-                                           bias=p["bias"], gather_output=p["gather_output"])
-    run.load(layer, {"weight": run.tensor("weight"), "bias": run.tensor("bias") if p["bias"] else None})
-    x = run.leaf("x")
-    with run.phase("forward"):
-        y = layer(x)
-    with run.phase("backward"):
-        (y * run.tensor("upstream")).sum().backward()
-    return run.result(y, x.grad)
+    return _linear_run(objects, case, run, "ColumnParallelLinear", "gather_output")
 
 
 _ROW_CONFIGS = (  # in_features, out_features, bias, input_is_parallel, x shape
@@ -191,14 +184,7 @@ _ROW_CONFIGS = (  # in_features, out_features, bias, input_is_parallel, x shape
 
 
 def _row_cases(generator):
-    cases = []
-    for tp in TP_SIZES:
-        for in_f, out_f, bias, parallel, x_shape in _ROW_CONFIGS:
-            params = {"in_features": in_f, "out_features": out_f, "bias": bias, "input_is_parallel": parallel}
-            name = (f"RowParallelLinear({in_f}, {out_f}, bias={bias}, input_is_parallel={parallel}), "
-                    f"{_layout(tp)}, x of shape {x_shape}")
-            cases.append(Case(name, tp, params, _groups(tp, lambda: _linear_data(generator, in_f, out_f, bias, x_shape))))
-    return cases
+    return _linear_cases(generator, "RowParallelLinear", "input_is_parallel", _ROW_CONFIGS)
 
 
 def _row_expected(case, data):
@@ -222,16 +208,7 @@ def _row_rank_data(case, data, group_rank):
 
 
 def _row_run(objects, case, run):
-    p = case.params
-    layer = objects["RowParallelLinear"](p["in_features"], p["out_features"], run.group,
-                                        bias=p["bias"], input_is_parallel=p["input_is_parallel"])
-    run.load(layer, {"weight": run.tensor("weight"), "bias": run.tensor("bias") if p["bias"] else None})
-    x = run.leaf("x")
-    with run.phase("forward"):
-        y = layer(x)
-    with run.phase("backward"):
-        (y * run.tensor("upstream")).sum().backward()
-    return run.result(y, x.grad)
+    return _linear_run(objects, case, run, "RowParallelLinear", "input_is_parallel")
 
 
 # ----- the Megatron MLP -------------------------------------------------------------------------
@@ -289,12 +266,7 @@ def _mlp_run(objects, case, run):
     mlp = objects["ParallelMLP"](p["hidden_size"], p["ffn_hidden_size"], run.group, bias=p["bias"])
     run.load(mlp, {"fc1.weight": run.tensor("w1"), "fc1.bias": run.tensor("b1") if p["bias"] else None,
                    "fc2.weight": run.tensor("w2"), "fc2.bias": run.tensor("b2") if p["bias"] else None})
-    x = run.leaf("x")
-    with run.phase("forward"):
-        y = mlp(x)
-    with run.phase("backward"):
-        (y * run.tensor("upstream")).sum().backward()
-    return run.result(y, x.grad)
+    return _forward_backward(run, mlp)
 
 
 #: grade_id of the hidden-test cell -> its test.

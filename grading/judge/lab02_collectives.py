@@ -19,7 +19,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from grading.judge.engine import Case, TestSpec
+from grading.judge.engine import Case, TestSpec, group_layout
 from grading.judge.rankside import SubmissionProblem, substitute
 from grading.reference import collectives
 
@@ -45,10 +45,7 @@ _BUS_FACTOR = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: 
 
 
 def _layout(ring: int) -> str:
-    if ring == WORLD_SIZE:
-        return f"ring of {ring}"
-    groups = " and ".join("{" + ", ".join(map(str, range(s, s + ring))) + "}" for s in range(0, WORLD_SIZE, ring))
-    return f"rings of {ring} (groups {groups})"
+    return group_layout(f"ring of {ring}" if ring == WORLD_SIZE else f"rings of {ring}", ring, WORLD_SIZE)
 
 
 def _integers(generator, ring: int, shape: tuple, dtype: str) -> torch.Tensor:
@@ -63,21 +60,6 @@ def _dense_bounds(numel: int, ring: int) -> list:
         bounds.append((start, start + part.numel()))
         start += part.numel()
     return bounds
-
-
-def _messages(calls: dict) -> dict:
-    """{op: calls} with isend counted as send and irecv as recv."""
-    merged: dict = {}
-    for op, count in calls.items():
-        key = {"isend": "send", "irecv": "recv"}.get(op, op)
-        merged[key] = merged.get(key, 0) + count
-    return merged
-
-
-def _result(run, out) -> dict:
-    result = run.result(out, None)
-    result["comm"] = {phase: _messages(calls) for phase, calls in result["comm"].items()}
-    return result
 
 
 def _own_buffer(case, data, group_rank):
@@ -131,17 +113,17 @@ def _basics_run(objects, case, run):
         except (TypeError, ValueError):
             raise SubmissionProblem(f"chunk_bounds returned {bounds!r:.100}, "
                                     "expected a list of (start, stop)") from None
-        return _result(run, out)
+        return run.result(out, None)
     if kind == "neighbours":
         right, left = objects["ring_neighbours"](run.group)
-        return _result(run, torch.tensor([int(right), int(left)], dtype=torch.float64))
+        return run.result(torch.tensor([int(right), int(left)], dtype=torch.float64), None)
     right = dist.get_global_rank(run.group, (run.group_rank + 1) % run.group_size)  # the judge's own, not the reference's
     left = dist.get_global_rank(run.group, (run.group_rank - 1) % run.group_size)
     mine = run.tensor("x").contiguous()
     received = torch.full_like(mine, 99)
     with run.phase("forward"):
         objects["send_and_receive"](mine, right, received, left, run.group)
-    return _result(run, received)
+    return run.result(received, None)
 
 
 # ----- Parts 2 to 4: reduce-scatter, all-gather, all-reduce -------------------------------------
@@ -174,7 +156,7 @@ def _reduce_scatter_run(objects, case, run):
     with run.phase("forward"):
         mine = objects["ring_reduce_scatter"](flat, run.group)
     _same_dtype(mine, flat.dtype, "ring_reduce_scatter")
-    return _result(run, mine)
+    return run.result(mine, None)
 
 
 def _all_gather_cases(generator):
@@ -193,7 +175,7 @@ def _all_gather_run(objects, case, run):
     with run.phase("forward"):
         gathered = objects["ring_all_gather"](flat, run.group)
     _same_dtype(gathered, flat.dtype, "ring_all_gather")
-    return _result(run, gathered)
+    return run.result(gathered, None)
 
 
 _ALL_REDUCE_SHAPES = (((8,), "float32"), ((3, 5), "float32"), ((2, 3, 2), "bfloat16"), ((1,), "float16"),
@@ -214,7 +196,7 @@ def _all_reduce_run(objects, case, run):
     with run.phase("forward"):
         total = objects["ring_all_reduce"](x, run.group)
     _same_dtype(total, x.dtype, "ring_all_reduce")
-    return _result(run, total)
+    return run.result(total, None)
 
 
 # ----- Parts 5 and 6: bandwidth ----------------------------------------------------------------
@@ -243,7 +225,7 @@ def _bandwidth_expected(case, data):
 def _bandwidth_run(objects, case, run):
     p = case.params
     algbw, busbw = objects["bus_bandwidth"](p["op"], p["size_bytes"], p["time_s"], p["n"])
-    return _result(run, torch.tensor([float(algbw), float(busbw)], dtype=torch.float64))
+    return run.result(torch.tensor([float(algbw), float(busbw)], dtype=torch.float64), None)
 
 
 _MEASURE = ((1000, "float32"), (999, "bfloat16"))
@@ -304,7 +286,7 @@ def _measure_run(objects, case, run):
                                 "both must be positive")
     _check_own_timing(time_s, spans, returned_at)
     size_bytes = p["numel"] * torch.empty(0, dtype=dtype).element_size()
-    return _result(run, torch.tensor([algbw * time_s * 1e9 / size_bytes, busbw / algbw], dtype=torch.float64))
+    return run.result(torch.tensor([algbw * time_s * 1e9 / size_bytes, busbw / algbw], dtype=torch.float64), None)
 
 
 #: grade_id of the hidden-test cell -> its test.

@@ -23,7 +23,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from grading.judge.engine import Case, TestSpec
+from grading.judge.engine import Case, TestSpec, group_layout
 from grading.judge.rankside import SubmissionProblem
 from grading.reference import data_parallel as dp
 
@@ -66,10 +66,7 @@ def _shapes(unused_head: bool) -> dict:
 
 
 def _layout(size: int) -> str:
-    if size == WORLD_SIZE:
-        return f"dp_size={size}"
-    groups = " and ".join("{" + ", ".join(map(str, range(s, s + size))) + "}" for s in range(0, WORLD_SIZE, size))
-    return f"dp_size={size} (groups {groups})"
+    return group_layout(f"dp_size={size}", size, WORLD_SIZE)
 
 
 def _batch(generator, unused_head: bool, steps: int = 1) -> dict:

@@ -47,7 +47,7 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 
-from grading.judge.engine import Case, TestSpec
+from grading.judge.engine import Case, TestSpec, group_layout
 from grading.judge.held_memory import held_storages, live_storages, storages_of
 from grading.judge.optimizer_memory import PROCESS_SLACK_BYTES, SMALL_BYTES, process_growth, state_bytes, warm_up
 from grading.judge.process_memory import measure as measure_process
@@ -94,10 +94,7 @@ _HELD = "bytes held between forward and backward (shards and activations, no ful
 
 
 def _layout(size: int) -> str:
-    if size == WORLD_SIZE:
-        return f"dp_size={size}"
-    groups = " and ".join("{" + ", ".join(map(str, range(s, s + size))) + "}" for s in range(0, WORLD_SIZE, size))
-    return f"dp_size={size} (groups {groups})"
+    return group_layout(f"dp_size={size}", size, WORLD_SIZE)
 
 
 def _shard_lengths(numel: int, size: int) -> list:

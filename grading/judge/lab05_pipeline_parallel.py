@@ -24,7 +24,7 @@ import torch.nn as nn
 
 from labutils.costmodel import schedules
 
-from grading.judge.engine import Case, TestSpec
+from grading.judge.engine import Case, TestSpec, group_layout
 from grading.judge.rankside import SubmissionProblem
 from grading.reference import pipeline_parallel as pp
 
@@ -41,10 +41,7 @@ LOSS = "loss returned by the last stage"
 
 
 def _layout(size: int) -> str:
-    if size == WORLD_SIZE:
-        return f"pp_size={size}"
-    groups = " and ".join("{" + ", ".join(map(str, range(s, s + size))) + "}" for s in range(0, WORLD_SIZE, size))
-    return f"pp_size={size} (groups {groups})"
+    return group_layout(f"pp_size={size}", size, WORLD_SIZE)
 
 
 def _stage_module(num_layers: int) -> nn.Sequential:
@@ -100,14 +97,6 @@ def _gpipe_expected(case, data):
 
 def _1f1b_expected(case, data):
     return _expected(case, data, lambda case, stage: min(case.group_size - stage, case.params["m"]))
-
-
-def _messages(calls: dict) -> dict:
-    merged: dict = {}
-    for op, count in calls.items():
-        key = {"isend": "send", "irecv": "recv"}.get(op, op)
-        merged[key] = merged.get(key, 0) + count
-    return merged
 
 
 def _stage_data(case, data, group_rank):
@@ -196,7 +185,6 @@ def _run(objects, case, run, name: str):
             raise SubmissionProblem(f"{name} returned a {type(loss).__name__} as the last stage's loss, "
                                     "expected a tensor")
         result["values"][LOSS] = loss.detach().to("cpu", torch.float64).reshape(-1)
-    result["comm"]["step"] = _messages(result["comm"]["step"])
     return result
 
 

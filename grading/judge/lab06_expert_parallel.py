@@ -18,7 +18,7 @@ from fractions import Fraction
 import torch
 import torch.nn as nn
 
-from grading.judge.engine import Case, TestSpec
+from grading.judge.engine import Case, TestSpec, group_layout
 from grading.judge.rankside import SubmissionProblem
 from grading.reference import expert_parallel as ep
 
@@ -37,10 +37,7 @@ REFERENCE = {
 
 
 def _layout(size: int) -> str:
-    if size == WORLD_SIZE:
-        return f"ep_size={size}"
-    groups = " and ".join("{" + ", ".join(map(str, range(s, s + size))) + "}" for s in range(0, WORLD_SIZE, size))
-    return f"ep_size={size} (groups {groups})"
+    return group_layout(f"ep_size={size}", size, WORLD_SIZE)
 
 
 def _float(values) -> torch.Tensor:

@@ -24,7 +24,7 @@ from grading.site.links import DEFAULT_BRANCH, find_repository
 from grading.site.pages import Page, footer_html, header_html, index_body, nav_html, notebook_title
 from grading.site.render import STATIC, exporter, read_notebook, render_page
 from grading.site.runs import RunFiles, SiteInputError, load_run, machine_label, newest_complete_run
-from grading.student_copy import COURSE_ROOT, LeakError, find_leaks
+from grading.student_copy import COURSE_ROOT, LeakError, find_leaks, replace_marked_folder
 
 STATIC_DIR = Path(__file__).resolve().parent / "static"
 #: Where ``make site`` installs the npm package mathjax@3 (its ``es5/`` folder is what pages load).
@@ -85,12 +85,7 @@ def _title(path: Path, fallback: str) -> str:
 def prepare_folder(out_dir: Path) -> Path:
     """``out_dir`` emptied for a new build; refuses a non-empty folder that is not a site built here."""
     out_dir = Path(out_dir).resolve()
-    if out_dir.exists() and any(out_dir.iterdir()) and not (out_dir / MARKER).exists():
-        raise SiteInputError(f"{out_dir} exists and is not a course website: choose an empty or new folder")
-    if out_dir.exists():
-        shutil.rmtree(out_dir)
-    out_dir.mkdir(parents=True)
-    (out_dir / MARKER).write_text("A course website, written by `course site`.\n")
+    replace_marked_folder(out_dir, MARKER, "a course website", "course site", SiteInputError)
     return out_dir
 
 

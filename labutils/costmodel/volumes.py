@@ -123,6 +123,16 @@ def _activation_bytes(strategy: str, s: StepShape) -> float:
     return float(s.micro_batch_size) * s.seq_len * s.hidden * s.bytes_per_value
 
 
+def _collective_volume(strategy: str, op: str, group_size: int, per_device: float, calls: int,
+                       message_bytes: float, formula: str, assumptions: list[str]) -> CommVolume:
+    """The volume of ``calls`` collectives ``op`` per step, each of ``message_bytes`` bytes, in which
+    every one of the ``group_size`` ranks takes part and sends ``per_device`` bytes per step: the
+    group makes as many calls as one device, and sends ``group_size`` times its bytes."""
+    return CommVolume(strategy=strategy, bytes_per_step=per_device, calls_per_step=calls, formula=formula,
+                      assumptions=assumptions, op=op, message_bytes=message_bytes, group_size=group_size,
+                      group_calls_per_step=calls, total_bytes_per_step=per_device * group_size)
+
+
 def _dp_volume(s: StepShape) -> CommVolume:
     """One ring all-reduce of the gradients: 2(d-1)/d x params/(t p) x bytes."""
     shard_params, shard_bytes, where = _model_shard("dp", s)
@@ -141,10 +151,8 @@ def _dp_volume(s: StepShape) -> CommVolume:
                        "ddp_bucket_sizes gives its exact buckets from the parameters' sizes)")
     message = shard_bytes / calls
     calls = _calls_in_group(calls, d)
-    return CommVolume(
-        strategy="dp",
-        bytes_per_step=per_device,
-        calls_per_step=calls,
+    return _collective_volume(
+        "dp", "all_reduce", d, per_device, calls, message,
         formula=f"2(d-1)/d x params/(t p) x bytes = 2 x {d - 1}/{d} x {shard_params:.4g} x {s.bytes_per_value}",
         assumptions=[
             f"ring all-reduce of the gradients{where} over d = {d} data-parallel ranks",
@@ -152,11 +160,6 @@ def _dp_volume(s: StepShape) -> CommVolume:
             "gradient accumulation over microbatches without sync (no_sync): one all-reduce per step",
             f"gradients are {s.bytes_per_value} bytes per value on the wire",
         ],
-        op="all_reduce",
-        message_bytes=message,
-        group_size=d,
-        group_calls_per_step=calls,
-        total_bytes_per_step=per_device * d,
     )
 
 
@@ -167,10 +170,8 @@ def _fsdp_volume(s: StepShape) -> CommVolume:
     d, m = s.d, s.m
     per_device = 3 * ring_bytes_per_rank("all_gather", shard_bytes, d) * m
     calls = _calls_in_group(3 * local_layers * m, d)
-    return CommVolume(
-        strategy="fsdp",
-        bytes_per_step=per_device,
-        calls_per_step=calls,
+    return _collective_volume(
+        "fsdp", "all_gather+reduce_scatter", d, per_device, calls, shard_bytes / local_layers,
         formula=(f"3(d-1)/d x params/(t p) x bytes x m = 3 x {d - 1}/{d} x {shard_params:.4g}"
                  f" x {s.bytes_per_value} x {m}"),
         assumptions=[
@@ -181,11 +182,6 @@ def _fsdp_volume(s: StepShape) -> CommVolume:
             "every microbatch gathers and reduce-scatters (no gradient accumulation without sync)",
             "ZeRO stages 1 and 2 move 2 x params x bytes like DDP; only stage 3 moves 3x (1.5x DDP)",
         ],
-        op="all_gather+reduce_scatter",
-        message_bytes=shard_bytes / local_layers,
-        group_size=d,
-        group_calls_per_step=calls,
-        total_bytes_per_step=per_device * d,
     )
 
 
@@ -200,10 +196,9 @@ def _tp_volume(s: StepShape) -> CommVolume:
     pattern = ("each all-reduce split into an all-gather and a reduce-scatter (sequence parallelism): "
                "same bytes, twice the calls" if s.sequence_parallel
                else "no sequence parallelism: plain all-reduces")
-    return CommVolume(
-        strategy="tp",
-        bytes_per_step=per_device,
-        calls_per_step=calls,
+    return _collective_volume(
+        "tp", "reduce_scatter+all_gather" if s.sequence_parallel else "all_reduce", t, per_device, calls,
+        activation_bytes,
         formula=(f"4 x layers/p x m x 2(t-1)/t x b s h x bytes = 4 x {local_layers} x {m} x 2 x {t - 1}/{t}"
                  f" x {s.micro_batch_size} x {s.seq_len} x {s.hidden} x {s.bytes_per_value}"),
         assumptions=[
@@ -215,11 +210,6 @@ def _tp_volume(s: StepShape) -> CommVolume:
             pattern,
             "the embedding and the output layer's communication are left out",
         ],
-        op="reduce_scatter+all_gather" if s.sequence_parallel else "all_reduce",
-        message_bytes=activation_bytes,
-        group_size=t,
-        group_calls_per_step=calls,
-        total_bytes_per_step=per_device * t,
     )
 
 

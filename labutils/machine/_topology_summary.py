@@ -160,13 +160,20 @@ def _group_text(gpus, group) -> str:
     return "{" + ",".join(group) + "}"
 
 
+def _gpus_by_affinity(topology: Topology, column: str) -> dict[str, list[str]]:
+    """{value of the affinity ``column`` ("numa_affinity", "cpu_affinity"): its GPUs, in printed
+    order}, for the GPUs the matrix gives a value."""
+    groups: dict[str, list[str]] = {}
+    for gpu in topology.gpus:
+        value = getattr(topology.affinity[gpu], column)
+        if value is not None:
+            groups.setdefault(value, []).append(gpu)
+    return groups
+
+
 def _numa_lines(topology: Topology) -> list[str]:
     """GPUs grouped by NUMA node (with their CPUs); by CPU list alone where no NUMA node is printed."""
-    nodes: dict[str, list[str]] = {}
-    for gpu in topology.gpus:
-        numa = topology.affinity[gpu].numa_affinity
-        if numa is not None:
-            nodes.setdefault(numa, []).append(gpu)
+    nodes = _gpus_by_affinity(topology, "numa_affinity")
     if not nodes:
         return _cpu_affinity_lines(topology)
     parts = []
@@ -179,11 +186,7 @@ def _numa_lines(topology: Topology) -> list[str]:
 
 def _cpu_affinity_lines(topology: Topology) -> list[str]:
     """"CPU affinity: GPU0, GPU1 on CPUs 0-19,40-59; ..." (older outputs have no NUMA column)."""
-    groups: dict[str, list[str]] = {}
-    for gpu in topology.gpus:
-        cpus = topology.affinity[gpu].cpu_affinity
-        if cpus is not None:
-            groups.setdefault(cpus, []).append(gpu)
+    groups = _gpus_by_affinity(topology, "cpu_affinity")
     if not groups:
         return []
     return ["CPU affinity: " + "; ".join(f"{', '.join(members)} on CPUs {cpus}" for cpus, members in groups.items())]

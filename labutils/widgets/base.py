@@ -11,7 +11,7 @@ import math
 
 import ipywidgets as widgets
 
-from labutils.machine._gpu_records import memory_text
+from labutils.machine._gpu_records import GB, memory_text
 
 WIDE = {"description_width": "initial"}
 POWERS_OF_TWO = [2**k for k in range(11)]  # 1 .. 1024
@@ -36,6 +36,13 @@ def params_slider(value: float) -> widgets.FloatLogSlider:
                                   style=WIDE)
 
 
+def powers_of_two_slider(name: str, value: int, description: str) -> widgets.SelectionSlider:
+    """A slider over ``POWERS_OF_TWO`` (a count of GPUs or nodes) at ``value``, checked as ``name``."""
+    check_choice(name, value, POWERS_OF_TWO)
+    return widgets.SelectionSlider(options=POWERS_OF_TWO, value=value, description=description,
+                                   continuous_update=False, style=WIDE)
+
+
 def gpu_dropdown(gpu: str) -> widgets.Dropdown:
     options = gpu_memory_options()
     check_choice("gpu", gpu, [key for _, key in options])
@@ -48,6 +55,12 @@ def gpu_memory_options() -> list[tuple[str, str]]:
 
     return [(f"{device.name} ({memory_text(device.memory_bytes)})", key)
             for key, device in DEVICES.items() if device.memory_bytes]
+
+
+def memory_of(needed_bytes: float, device) -> str:
+    """"120.0 GB of 85.9 GB (80.0 GiB)": bytes needed per GPU against the capacity of ``device`` (a
+    ``DEVICES`` entry); GB = 1e9 bytes."""
+    return f"{needed_bytes / GB:.1f} GB of {memory_text(device.memory_bytes)}"
 
 
 def _same_float(old, new) -> bool:

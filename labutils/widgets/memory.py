@@ -6,8 +6,7 @@ import html
 import ipywidgets as widgets
 
 from labutils import plots
-from labutils.machine._gpu_records import memory_text
-from labutils.widgets.base import WIDE, POWERS_OF_TWO, Dashboard, check_choice, gpu_dropdown, params_slider
+from labutils.widgets.base import Dashboard, check_choice, gpu_dropdown, memory_of, params_slider, powers_of_two_slider
 
 _ZERO_STAGES = [("DDP (stage 0)", 0), ("ZeRO-1: optimizer states", 1), ("ZeRO-2: + gradients", 2),
                 ("ZeRO-3: + parameters", 3)]
@@ -17,13 +16,10 @@ class ZeroCalculator(Dashboard):
     """Parameters, data-parallel degree N, ZeRO stage and GPU -> memory bars and "fits / does not fit"."""
 
     def __init__(self, num_params: float, world_size: int, stage: int, gpu: str):
-        check_choice("world_size", world_size, POWERS_OF_TWO)
         check_choice("stage", stage, [value for _, value in _ZERO_STAGES])
         controls = {
             "params": params_slider(num_params),
-            "N": widgets.SelectionSlider(options=POWERS_OF_TWO, value=world_size,
-                                         description="data-parallel GPUs N", continuous_update=False,
-                                         style=WIDE),
+            "N": powers_of_two_slider("world_size", world_size, "data-parallel GPUs N"),
             "stage": widgets.Dropdown(options=_ZERO_STAGES, value=stage, description="stage"),
             "gpu": gpu_dropdown(gpu),
         }
@@ -46,7 +42,7 @@ class ZeroCalculator(Dashboard):
                    else "<b style='color:#b00020'>does not fit</b>")
         self.readout.value = (
             f"{self.controls['stage'].label} on {world_size} GPUs: {verdict} "
-            f"({needed / plots.GB:.1f} GB of {memory_text(device.memory_bytes)} per {html.escape(device.name)}) "
+            f"({memory_of(needed, device)} per {html.escape(device.name)}) "
             f"for parameters, gradients and optimizer states; activations, buffers and the CUDA "
             f"context come on top."
         )

@@ -5,10 +5,8 @@ import html
 
 import ipywidgets as widgets
 
-from labutils import plots
 from labutils.machine import interconnects
-from labutils.machine._gpu_records import memory_text
-from labutils.widgets.base import WIDE, POWERS_OF_TWO, Dashboard, check_choice, gpu_dropdown, params_slider
+from labutils.widgets.base import WIDE, Dashboard, check_choice, gpu_dropdown, memory_of, params_slider, powers_of_two_slider
 
 _INTRA_NODE_LINKS = [("NVLink", "nvlink"), ("PCIe only", "pcie")]  # labutils.costmodel.strategy.INTRA_NODE_LINKS
 #: inter-node links per GPU, per direction: Gb/s / 8 bits per byte (labutils.machine.interconnects, after the
@@ -23,15 +21,13 @@ class StrategyChooser(Dashboard):
     def __init__(self, num_params: float, gpus_per_node: int, num_nodes: int, intra_node: str,
                  inter_node_GBps: float, gpu: str):
         check_choice("gpus_per_node", gpus_per_node, (1, 2, 4, 8))
-        check_choice("num_nodes", num_nodes, POWERS_OF_TWO)
         check_choice("intra_node", intra_node, [value for _, value in _INTRA_NODE_LINKS])
         check_choice("inter_node_GBps", inter_node_GBps, [value for _, value in _INTER_NODE_LINKS])
         controls = {
             "params": params_slider(num_params),
             "gpus_per_node": widgets.Dropdown(options=[1, 2, 4, 8], value=gpus_per_node,
                                               description="GPUs per node", style=WIDE),
-            "nodes": widgets.SelectionSlider(options=POWERS_OF_TWO, value=num_nodes, description="nodes",
-                                             continuous_update=False, style=WIDE),
+            "nodes": powers_of_two_slider("num_nodes", num_nodes, "nodes"),
             "intra_node": widgets.Dropdown(options=_INTRA_NODE_LINKS, value=intra_node, description="inside a node", style=WIDE),
             "inter_node_GBps": widgets.Dropdown(options=_INTER_NODE_LINKS, value=inter_node_GBps,
                                                 description="between nodes, per GPU", style=WIDE),
@@ -56,7 +52,7 @@ class StrategyChooser(Dashboard):
         self.readout.value = (
             f"<b>TP = {s.tp} x PP = {s.pp} x DP = {s.dp}, ZeRO stage {s.zero_stage}</b> on "
             f"{num_gpus} {html.escape(device.name)} GPU{'' if num_gpus == 1 else 's'}: "
-            f"{s.memory_per_gpu_bytes / plots.GB:.1f} GB of {memory_text(device.memory_bytes)} per GPU, "
+            f"{memory_of(s.memory_per_gpu_bytes, device)} per GPU, "
             f"{verdict}<ul>{reasons}</ul>"
         )
 
