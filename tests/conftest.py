@@ -1,5 +1,6 @@
 """Shared fixtures: every test that starts ranks must leave no process behind; the chapters'
-QUICK run, executed once for every test that reads it (the chapters' tests, the website).
+QUICK run, executed once for every test that reads it (the chapters' tests, the website); a
+one-node Slurm cluster for each module of the Slurm tests.
 
 Every launch checks NCCL's rules (``LABUTILS_STRICT_COLLECTIVES=1``, see labutils.ranks.strict),
 and a run that does not select GPU tests (``-m "gpu or multigpu"``, as ``make gpu-check``
@@ -35,6 +36,9 @@ def lenient_collectives(monkeypatch):
 from proctree import describe, descendants, wait_until_gone
 
 pytest_plugins = ["time_by_group"]
+#: seconds a test that reads the chapters' QUICK run may take, the run's building included (11
+#: notebooks, two at a time, each under the run's own 600 s limit)
+QUICK_RUN_TIMEOUT_S = 1800
 
 def parallel_group(item) -> str:
     """The parallel worker group of a test: the tests of one file share their module's fixtures;
@@ -53,7 +57,12 @@ def parallel_group(item) -> str:
 def pytest_collection_modifyitems(config, items):
     """Under parallel workers (``pytest -n N --dist loadgroup``), keep each group on one worker: each
     test is marked with its group, and a worker names it ``NODEID@GROUP``, the id the scheduler deals
-    by (``_named_by_group``)."""
+    by (``_named_by_group``). The first test to read the chapters' QUICK run builds it in its setup:
+    those tests get :data:`QUICK_RUN_TIMEOUT_S` instead of the suite's 300 s per test, since the run
+    has its own limits per notebook and per cell and takes longer on a busy machine."""
+    for item in items:
+        if "quick_chapter_run" in item.fixturenames and not item.get_closest_marker("timeout"):
+            item.add_marker(pytest.mark.timeout(QUICK_RUN_TIMEOUT_S))
     if config.pluginmanager.hasplugin("xdist"):
         for item in items:
             item.add_marker(pytest.mark.xdist_group(parallel_group(item)))
@@ -75,15 +84,41 @@ def _named_by_group(items) -> None:
             item._id = NodeId.parse(f"{item.nodeid}@{group}")
 
 
+def _stop_labutils_and_check_no_leftovers(timeout_s: float) -> None:
+    """Stop labutils entirely and assert that no child process survives ``timeout_s`` seconds."""
+    import labutils
+
+    labutils.shutdown()
+    left = wait_until_gone(descendants(), timeout_s=timeout_s)
+    assert not left, f"processes left behind:\n{describe(left)}"
+
+
 @pytest.fixture
 def no_leftover_processes():
     """After the test, stop labutils entirely and assert that no child process survives."""
     yield
-    import labutils
+    _stop_labutils_and_check_no_leftovers(5.0)
 
-    labutils.shutdown()
-    left = wait_until_gone(descendants(), timeout_s=5.0)
-    assert not left, f"processes left behind:\n{describe(left)}"
+
+@pytest.fixture(scope="module")
+def no_leftover_processes_after_the_module():
+    """For a module whose tests share one rank template: after its last test, stop labutils and
+    assert that no child process survives."""
+    yield
+    _stop_labutils_and_check_no_leftovers(10.0)
+
+
+@pytest.fixture(scope="module")
+def slurm(tmp_path_factory):
+    """A one-node Slurm cluster (``slurm_cluster``) for the module's tests, stopped after them; they
+    skip with the reason where none can start here."""
+    from slurm_cluster import SlurmCluster, missing
+
+    why = missing()
+    if why:
+        pytest.skip(why)
+    with SlurmCluster(tmp_path_factory.mktemp("slurm")) as cluster:
+        yield cluster
 
 
 @pytest.fixture(scope="session")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 
 import nbformat
+import pytest
 import torch
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -151,6 +152,15 @@ class GradedLab:
                 for text in self.fixture(outcome.student).attention:
                     assert any(text in item for item in attention), (outcome.student, text, attention)
         return report
+
+
+def judge_only_fixture_test(lab: GradedLab, nbgrader_fixtures: tuple):
+    """The test that each fixture of ``lab`` not graded through nbgrader (not in ``nbgrader_fixtures``)
+    loses exactly its parts through the judge alone."""
+    @pytest.mark.parametrize("name", [n for n in lab.fixture_names() if n not in nbgrader_fixtures])
+    def test(name):
+        assert lab.losses_through_the_judge(name) == lab.fixture(name).loses
+    return test
 
 
 def part(report, student: str, cell: str):

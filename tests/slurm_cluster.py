@@ -8,7 +8,8 @@ their process ids.
 The node has this machine's CPUs, is named after this host (address 127.0.0.1) and offers
 ``FAKE_GPUS`` GPUs of type ``fake`` through GRES: character devices like /dev/null in the temporary
 folder stand in for /dev/nvidiaN, so Slurm hands jobs their indices in ``CUDA_VISIBLE_DEVICES`` while nothing is a
-GPU. ``missing()`` says in one line why no cluster can start here (packages not installed).
+GPU. ``missing()`` says in one line why no cluster can start here (packages not installed). The
+tests take one per module as the ``slurm`` fixture (tests/conftest.py).
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """labutils.checks.collectives: the right answer passes, each named mistake gets its message."""
 from __future__ import annotations
 
-import pytest
+from check_verdicts import verdict_test
 
 from labutils.checks import collectives as check
 
@@ -9,12 +9,7 @@ S_GATHER, T_GATHER, N_GATHER = 1073741824, 4000e-6, 8
 ALGBW = S_GATHER / T_GATHER / 1e9  # 268.4 GB/s
 
 
-def verdict(capsys, function, answer) -> str:
-    assert function(answer) is None
-    return capsys.readouterr().out.strip()
-
-
-@pytest.mark.parametrize("answer, expected", [
+test_all_gather_busbw = verdict_test(check.all_gather_busbw, [
     (ALGBW * 7 / 8, "correct: algbw = S / T = 268.4 GB/s, busbw = algbw x (n-1)/n = 234.9 GB/s"),
     (ALGBW * 2 * 7 / 8, "you used the all-reduce factor"),
     (ALGBW, "that is algbw"),
@@ -26,11 +21,9 @@ def verdict(capsys, function, answer) -> str:
     (float("nan"), "give a finite number of GB/s"),
     (True, "give a finite number of GB/s"),
 ])
-def test_all_gather_busbw(capsys, answer, expected):
-    assert expected in verdict(capsys, check.all_gather_busbw, answer)
 
 
-@pytest.mark.parametrize("answer, expected", [
+test_ring_allreduce_time = verdict_test(check.ring_allreduce_time, [
     (2 * 15 * 50e-6 + 2 * 15 / 16 * 1e9 * 1e-11, "correct: 2(n-1) alpha + 2(n-1)/n S beta"),
     (2 * 4 * 50e-6 + 2 * 15 / 16 * 1e9 * 1e-11, "is a tree's"),
     (2 * 15 / 16 * 1e9 * 1e-11, "you left out the latency term"),
@@ -39,11 +32,9 @@ def test_all_gather_busbw(capsys, answer, expected):
     (1.0, "not quite"),
     (None, "not answered yet"),
 ])
-def test_ring_allreduce_time(capsys, answer, expected):
-    assert expected in verdict(capsys, check.ring_allreduce_time, answer)
 
 
-@pytest.mark.parametrize("answer, expected", [
+test_allreduce_bytes_per_rank = verdict_test(check.allreduce_bytes_per_rank, [
     (1.5e9, "correct: 2(n-1)/n x S"),
     (2e9, "2 S is the limit"),
     (6e9, "the total over all 4 GPUs"),
@@ -52,16 +43,12 @@ def test_ring_allreduce_time(capsys, answer, expected):
     (1e9, "not quite"),
     ([1.5e9], "give a finite number of bytes"),
 ])
-def test_allreduce_bytes_per_rank(capsys, answer, expected):
-    assert expected in verdict(capsys, check.allreduce_bytes_per_rank, answer)
 
 
-@pytest.mark.parametrize("answer, expected", [
+test_moe_token_exchange = verdict_test(check.moe_token_exchange, [
     ("all-to-all", "correct"), ("All_To_All", "correct"), ("alltoall", "correct"),
     ("all-gather", "every rank all the data"), ("broadcast", "the same data"),
     ("all_reduce", "moved, not added"), ("reduce-scatter", "moved, not added"),
     ("send/recv", "has a name"), ("gossip", "is not one of the collectives"),
     (None, "not answered yet"), (3, "as a string"),
 ])
-def test_moe_token_exchange(capsys, answer, expected):
-    assert expected in verdict(capsys, check.moe_token_exchange, answer)

@@ -3,15 +3,9 @@ gets its message, and non-answers are handled."""
 from __future__ import annotations
 
 import pytest
+from check_verdicts import verdict, verdict_test
 
 from labutils.checks import gpu as check
-
-
-def verdict(capsys, fn, answer) -> str:
-    assert fn(answer) is None
-    out = capsys.readouterr().out
-    assert out.count("\n") == 1, f"one line expected, got {out!r}"
-    return out.strip()
 
 
 @pytest.mark.parametrize("fn", [check.thread_index, check.simt_efficiency, check.gpus_for_weights,
@@ -24,42 +18,34 @@ def test_non_answers(capsys, fn):
     assert verdict(capsys, fn, -12345.0).startswith("not -12345.0:")
 
 
-@pytest.mark.parametrize("answer, message", [
+test_thread_index = verdict_test(check.thread_index, [
     (785, "correct: blockIdx.x * blockDim.x + threadIdx.x = 3 x 256 + 17 = 785"),
     (768, "that is the block's first thread"),
     (529, "blocks count from 0"),
     (3 + 256 * 17, "blockIdx and threadIdx swapped"),
     (1041, "the fourth block, not the fifth"),
 ])
-def test_thread_index(capsys, answer, message):
-    assert message in verdict(capsys, check.thread_index, answer)
 
 
-@pytest.mark.parametrize("answer, message", [
+test_simt_efficiency = verdict_test(check.simt_efficiency, [
     (1 / 3, "correct: (8 x 20 + 24 x 4) / (32 x (20 + 4)) = 0.333"),
     (256 / 640, "BOTH paths"),
     (1, "the warp is divergent"),
     (33.33, "a fraction"),
 ])
-def test_simt_efficiency(capsys, answer, message):
-    assert message in verdict(capsys, check.simt_efficiency, answer)
 
 
-@pytest.mark.parametrize("answer, message", [
+test_gpus_for_weights = verdict_test(check.gpus_for_weights, [
     (7, "correct: 972 GB / 141 GB per GPU, rounded up = 7"),
     (14, "2 bytes per parameter, not 4"),
     (6, "either the 20% headroom (KV cache, activations, buffers) is missing, or you rounded down"),
 ])
-def test_gpus_for_weights(capsys, answer, message):
-    assert message in verdict(capsys, check.gpus_for_weights, answer)
 
 
-@pytest.mark.parametrize("answer, message", [
+test_systolic_cycles = verdict_test(check.systolic_cycles, [
     (382, "correct: K + R + C - 2 = 128 + 128 + 128 - 2 = 382"),
     (128, "only the steady state"),
     (384, "cycles count from 0"),
     (381, "one short"),
     (128**3, "multiply-adds"),
 ])
-def test_systolic_cycles(capsys, answer, message):
-    assert message in verdict(capsys, check.systolic_cycles, answer)

@@ -1,7 +1,7 @@
 """labutils.checks.interconnects: the right answer passes, each named mistake gets its message."""
 from __future__ import annotations
 
-import pytest
+from check_verdicts import verdict, verdict_test
 
 from labutils.machine import topology
 from labutils.checks import interconnects as check
@@ -9,12 +9,7 @@ from labutils.checks import interconnects as check
 PCIE5 = 32 * 16 * 128 / 130 / 8  # GB/s per direction
 
 
-def verdict(capsys, function, answer) -> str:
-    assert function(answer) is None
-    return capsys.readouterr().out.strip()
-
-
-@pytest.mark.parametrize("answer, expected", [
+test_pcie5_x16 = verdict_test(check.pcie5_x16, [
     (63.02, "correct: 32 GT/s x 16 lanes x 128/130 / 8 bits = 63.02 GB/s"),
     (126.03, "both directions added"),
     (64, "you left out the encoding"),
@@ -24,8 +19,6 @@ def verdict(capsys, function, answer) -> str:
     (None, "not answered yet"),
     ("63", "give a finite number of GB/s"),
 ])
-def test_pcie5_x16(capsys, answer, expected):
-    assert expected in verdict(capsys, check.pcie5_x16, answer)
 
 
 def test_tp_group_one_socket_uses_the_shipped_matrix(capsys):
@@ -36,7 +29,7 @@ def test_tp_group_one_socket_uses_the_shipped_matrix(capsys):
     assert "the slowest path inside the group is PHB" in verdict(capsys, check.tp_group_one_socket, node0)
 
 
-@pytest.mark.parametrize("answer, expected", [
+test_tp_group_one_socket = verdict_test(check.tp_group_one_socket, [
     (["GPU4", "GPU5", "GPU6", "GPU7"], "correct"),
     (("GPU0", "GPU1", "GPU2", "GPU7"), "GPU0-GPU7, GPU1-GPU7, GPU2-GPU7 cross the sockets (SYS)"),
     (["GPU0", "GPU1", "GPU2", "GPU9"], "GPU9 is not in this matrix"),
@@ -45,11 +38,9 @@ def test_tp_group_one_socket_uses_the_shipped_matrix(capsys):
     ([0, 1, 2, 3], "give a list of GPU names"),
     (None, "not answered yet"),
 ])
-def test_tp_group_one_socket(capsys, answer, expected):
-    assert expected in verdict(capsys, check.tp_group_one_socket, answer)
 
 
-@pytest.mark.parametrize("answer, expected", [
+test_ndr_transfer_seconds = verdict_test(check.ndr_transfer_seconds, [
     (0.2, "correct: 1e+10 B / (400 Gb/s / 8) = 0.20 s"),
     (0.025, "you read 400 Gb/s as 400 GB/s"),
     (0.4, "do not halve it"),
@@ -58,11 +49,9 @@ def test_tp_group_one_socket(capsys, answer, expected):
     (None, "not answered yet"),
     ("0.2", "give a finite number of seconds"),
 ])
-def test_ndr_transfer_seconds(capsys, answer, expected):
-    assert expected in verdict(capsys, check.ndr_transfer_seconds, answer)
 
 
-@pytest.mark.parametrize("answer, expected", [
+test_gpudirect_nic = verdict_test(check.gpudirect_nic, [
     ("NIC2", "correct: NIC2 is PIX from GPU3"),
     ("mlx5_2", "correct: NIC2 is PIX from GPU3"),
     ("NIC0", "NIC0 is NODE from GPU3"),
@@ -70,5 +59,3 @@ def test_ndr_transfer_seconds(capsys, answer, expected):
     (2, "as a string"),
     (None, "not answered yet"),
 ])
-def test_gpudirect_nic(capsys, answer, expected):
-    assert expected in verdict(capsys, check.gpudirect_nic, answer)

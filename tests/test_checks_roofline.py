@@ -3,16 +3,10 @@ mistake gets its message, and non-answers are handled."""
 from __future__ import annotations
 
 import pytest
+from check_verdicts import verdict, verdict_test
 
 from labutils.costmodel import roofline as rl
 from labutils.checks import roofline as check
-
-
-def verdict(capsys, fn, answer) -> str:
-    assert fn(answer) is None
-    out = capsys.readouterr().out
-    assert out.count("\n") == 1, f"one line expected, got {out!r}"
-    return out.strip()
 
 
 @pytest.mark.parametrize("fn", [check.gemm_intensity, check.ridge_point, check.add_time_ms, check.decode_speedup])
@@ -23,25 +17,21 @@ def test_non_answers(capsys, fn):
     assert verdict(capsys, fn, -7.0).startswith("not -7.0:")
 
 
-@pytest.mark.parametrize("answer, message", [
+test_gemm_intensity = verdict_test(check.gemm_intensity, [
     (4096 / 3, "correct: 2 N^3 / (3 N^2 x 2 B) = N/3 = 1365.3 FLOP/B"),
     (4096 / 6, "a multiply-add is 2 FLOPs"),
     (2048, "only the two inputs"),
     (2 * 4096 / 3, "2 bytes per element, not 1"),
 ])
-def test_gemm_intensity(capsys, answer, message):
-    assert message in verdict(capsys, check.gemm_intensity, answer)
 
 
-@pytest.mark.parametrize("answer, message", [
+test_ridge_point = verdict_test(check.ridge_point, [
     (153, "correct: P / BW = 312 TFLOP/s / 2,039 GB/s = 153 FLOP/B"),
     (306, "2:4-sparse"),
     (0.153, "units"),
     (153_000, "units"),
     (312e12 / 1555e9, "A100 40GB"),
 ])
-def test_ridge_point(capsys, answer, message):
-    assert message in verdict(capsys, check.ridge_point, answer)
 
 
 def test_ridge_point_answer_comes_from_the_device_table(capsys):
@@ -49,22 +39,18 @@ def test_ridge_point_answer_comes_from_the_device_table(capsys):
     assert verdict(capsys, check.ridge_point, expected).startswith("correct")
 
 
-@pytest.mark.parametrize("answer, message", [
+test_add_time_ms = verdict_test(check.add_time_ms, [
     (6e9 / 3.35e12 * 1e3, "correct: 1.79 ms: memory bound"),
     (1e9 / 989e12 * 1e3, "compute time"),
     (4e9 / 3.35e12 * 1e3, "result c is written too"),
     (12e9 / 3.35e12 * 1e3, "not 4"),
     (6e9 / 3.35e12, "milliseconds"),
 ])
-def test_add_time_ms(capsys, answer, message):
-    assert message in verdict(capsys, check.add_time_ms, answer)
 
 
-@pytest.mark.parametrize("answer, message", [
+test_decode_speedup = verdict_test(check.decode_speedup, [
     (4.8 / 3.35, "correct: 1.43x, the ratio of HBM bandwidths (4.80 / 3.35 TB/s)"),
     (1.0, "decoding is memory bound"),
     (3.35 / 4.8, "upside down"),
     (141 / 80, "capacity ratio"),
 ])
-def test_decode_speedup(capsys, answer, message):
-    assert message in verdict(capsys, check.decode_speedup, answer)

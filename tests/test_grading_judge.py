@@ -13,9 +13,6 @@ import nbformat
 import pytest
 import torch
 
-import labutils
-from proctree import describe, descendants, wait_until_gone
-
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 from grading.autograder.fixtures import apply_fixture, parse_fixture, student_solution
@@ -23,14 +20,8 @@ from grading.judge import client, engine
 
 LAB = "lab01_tensor_parallel"
 
-
-@pytest.fixture(scope="module", autouse=True)
-def no_leftover_processes_after_the_module():
-    """One rank template for the whole module; afterwards no process of ours may survive."""
-    yield
-    labutils.shutdown()
-    left = wait_until_gone(descendants(), timeout_s=10.0)
-    assert not left, f"processes left behind:\n{describe(left)}"
+#: One rank template for the whole module; afterwards no process of ours may survive.
+pytestmark = pytest.mark.usefixtures("no_leftover_processes_after_the_module")
 
 
 def _notebook_namespace(fixture: str | None = None) -> dict:

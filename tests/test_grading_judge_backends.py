@@ -16,15 +16,9 @@ import labutils
 from grading import grade
 from grading.cli import build_parser
 from grading.judge import perrank, recording
-from proctree import describe, descendants, wait_until_gone
 
-
-@pytest.fixture(scope="module", autouse=True)
-def no_leftover_processes_after_the_module():
-    yield
-    labutils.shutdown()
-    left = wait_until_gone(descendants(), timeout_s=10.0)
-    assert not left, f"processes left behind:\n{describe(left)}"
+#: One rank template for the whole module; afterwards no process of ours may survive.
+pytestmark = pytest.mark.usefixtures("no_leftover_processes_after_the_module")
 
 
 # ----- grade on gloo; NCCL says what it does not check ----------------------------------------------

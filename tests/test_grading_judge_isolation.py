@@ -16,7 +16,6 @@ import torch
 import labutils
 from graded_lab import GradedLab
 from labutils.ranks import _starters
-from proctree import describe, descendants, wait_until_gone
 
 from grading.autograder import rank_guard
 from grading.judge import client, engine, rankside, shipping
@@ -26,13 +25,8 @@ ATTACKS_DIR = os.path.join(REPO, "tests", "fixtures", "attacks")
 #: Attacks on a lab's own cells, one folder per lab (the attacks beside them are lab 1's).
 ATTACK_LABS = sorted(name for name in os.listdir(ATTACKS_DIR) if os.path.isdir(os.path.join(ATTACKS_DIR, name)))
 
-
-@pytest.fixture(scope="module", autouse=True)
-def no_leftover_processes_after_the_module():
-    yield
-    labutils.shutdown()
-    left = wait_until_gone(descendants(), timeout_s=10.0)
-    assert not left, f"processes left behind:\n{describe(left)}"
+#: One rank template for the whole module; afterwards no process of ours may survive.
+pytestmark = pytest.mark.usefixtures("no_leftover_processes_after_the_module")
 
 
 def _attack_lab(lab: str) -> GradedLab:

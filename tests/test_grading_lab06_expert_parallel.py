@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from graded_lab import GradedLab
+from graded_lab import GradedLab, judge_only_fixture_test
 
 LAB = GradedLab("lab06_expert_parallel", rank_timeout_s=30.0)
 #: The fixtures graded through nbgrader; the others go through the judge only.
@@ -48,9 +48,7 @@ def test_every_fixture_applies_to_todays_solution_and_names_real_test_cells():
     LAB.check_fixtures_apply_and_name_real_test_cells()
 
 
-@pytest.mark.parametrize("name", [n for n in LAB.fixture_names() if n not in NBGRADER_FIXTURES])
-def test_through_the_judge_each_other_fixture_loses_exactly_its_parts(name):
-    assert LAB.losses_through_the_judge(name) == LAB.fixture(name).loses
+test_through_the_judge_each_other_fixture_loses_exactly_its_parts = judge_only_fixture_test(LAB, NBGRADER_FIXTURES)
 
 
 def test_through_nbgrader_the_solution_scores_full_marks_the_release_zero_and_each_fixture_its_loss(tmp_path):

@@ -271,27 +271,6 @@ NOT_CLASHES = ["on $n$ ranks the ring", "the $p$ stages, one per rank", "$N$ par
                "pays $M$ message latencies", "$m$ microbatches per step", "$D_\\text{GPU}$ tokens per GPU",
                "$D$ training tokens"]
 
-
-@pytest.mark.parametrize("text", FORMULAS)
-def test_detector_flags_a_plain_formula(text):
-    assert plain_formulas(text), f"no plain formula found in {text!r}"
-
-
-@pytest.mark.parametrize("text", PROSE)
-def test_detector_passes_latex_code_and_prose(text):
-    assert plain_formulas(text) == []
-
-
-@pytest.mark.parametrize("text", CLASHES)
-def test_detector_flags_a_symbol_clash(text):
-    assert symbol_clashes(text), f"no clash found in {text!r}"
-
-
-@pytest.mark.parametrize("text", NOT_CLASHES)
-def test_detector_passes_the_table_symbols(text):
-    assert symbol_clashes(text) == []
-
-
 DIAGRAMS_WITH_FORMULAS = [
     "```\nrank 0  │ W_0 (out/t) │  ->  Y_0 = X W_0^T + b_0\n```",
     "```\nstep j (j = 0 .. n-2):  rank r sends chunk (r - j - 1) mod n\n```",
@@ -306,15 +285,22 @@ DIAGRAMS_WITHOUT = [
     "```python\nx = 2 * (n - 1) / n\n```",
 ]
 
+#: (detector, texts it must flag, texts it must pass): plain formulas against LaTeX, code and prose;
+#: symbol clashes against the notation table's own symbols; formulas in diagrams against their labels.
+DETECTOR_CASES = [(plain_formulas, FORMULAS, PROSE), (symbol_clashes, CLASHES, NOT_CLASHES),
+                  (diagram_formulas, DIAGRAMS_WITH_FORMULAS, DIAGRAMS_WITHOUT)]
 
-@pytest.mark.parametrize("text", DIAGRAMS_WITH_FORMULAS)
-def test_detector_flags_a_formula_in_a_diagram(text):
-    assert diagram_formulas(text), f"no formula found in {text!r}"
+
+@pytest.mark.parametrize("detector, text", [(detector, text) for detector, flagged, _ in DETECTOR_CASES
+                                            for text in flagged])
+def test_detector_flags(detector, text):
+    assert detector(text), f"{detector.__name__} found nothing in {text!r}"
 
 
-@pytest.mark.parametrize("text", DIAGRAMS_WITHOUT)
-def test_detector_passes_labels_in_a_diagram_and_code_blocks(text):
-    assert diagram_formulas(text) == []
+@pytest.mark.parametrize("detector, text", [(detector, text) for detector, _, passed in DETECTOR_CASES
+                                            for text in passed])
+def test_detector_passes(detector, text):
+    assert detector(text) == []
 
 
 def test_prose_blanks_code_and_maths_but_keeps_lines():

@@ -8,22 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 import torch
 
-from slurm_cluster import FAKE_GPUS, PARTITION, SlurmCluster, missing, run
+from slurm_cluster import FAKE_GPUS, PARTITION, run
 
 REPO = Path(__file__).resolve().parents[1]
 SBATCH_SCRIPT = REPO / "labutils" / "data" / "slurm" / "labutils_run.sbatch"
-
-
-@pytest.fixture(scope="module")
-def slurm(tmp_path_factory):
-    why = missing()
-    if why:
-        pytest.skip(why)
-    with SlurmCluster(tmp_path_factory.mktemp("slurm")) as cluster:
-        yield cluster
 
 
 def test_a_job_sees_the_gpus_it_asked_for_through_gres(slurm):

@@ -16,20 +16,11 @@ import pytest
 from grading.autograder.fixtures import apply_fixture, parse_fixture, student_solution
 from grading.slurm import grade as slurm_grade
 from grading.slurm.shards import split_students
-from slurm_cluster import PARTITION, SlurmCluster, missing
+from slurm_cluster import PARTITION
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LAB = "lab01_tensor_parallel"
 OPTIONS = ["--workers", "1", "--rank-timeout", "20", "--cell-timeout", "120", "--backend", "gloo"]
-
-
-@pytest.fixture(scope="module")
-def slurm(tmp_path_factory):
-    why = missing()
-    if why:
-        pytest.skip(why)
-    with SlurmCluster(tmp_path_factory.mktemp("slurm")) as cluster:
-        yield cluster
 
 
 def test_students_are_dealt_into_disjoint_shards():

@@ -21,7 +21,7 @@ import pytest
 
 from grading.hub import shared, start
 from grading.hub.slurm_spawner import gres_request
-from slurm_cluster import NODE, PARTITION, SlurmCluster, missing
+from slurm_cluster import NODE, PARTITION
 
 batchspawner = pytest.importorskip("batchspawner", reason="batchspawner is installed by make slurm-deps")
 
@@ -70,15 +70,6 @@ def test_gpu_policies_become_gres_requests():
         gres_request({"policy": "blocks", "per_student": 0}, {})
     with pytest.raises(ValueError, match="unknown GPU policy"):
         gres_request({"policy": "random"}, {})
-
-
-@pytest.fixture(scope="module")
-def slurm(tmp_path_factory):
-    why = missing()
-    if why:
-        pytest.skip(why)
-    with SlurmCluster(tmp_path_factory.mktemp("slurm")) as cluster:
-        yield cluster
 
 
 #: Stands in for batchspawner-singleuser: writes the job's environment, then serves until cancelled.

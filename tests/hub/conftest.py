@@ -20,15 +20,12 @@ from __future__ import annotations
 import os
 import secrets
 import shutil
-import stat
 import subprocess
 import sys
-import tempfile
 import time
-from pathlib import Path
 
 import pytest
-from course_hub import ACCOUNTS, REPO, SYSTEM_PYTHON, Hub
+from course_hub import ACCOUNTS, REPO, SYSTEM_PYTHON, Hub, hub_workdir, started
 
 CHROMIUM = "/usr/bin/chromium"
 
@@ -86,16 +83,12 @@ def accounts():
 
 @pytest.fixture(scope="module")
 def hub(hub_installed, accounts):
-    workdir = Path(tempfile.mkdtemp(prefix="course-hub-", dir="/var/tmp"))
-    os.chmod(workdir, 0o755)
-    checkout_mode = stat.S_IMODE(REPO.stat().st_mode)
+    workdir = hub_workdir("course-hub-")
     running = Hub(workdir, accounts)
     try:
-        running.start()
-        yield running
+        with started(running):
+            yield running
     finally:
-        running.stop()
-        os.chmod(REPO, checkout_mode)
         artifacts = REPO / "test-artifacts" / "hub"
         artifacts.mkdir(parents=True, exist_ok=True)
         shutil.copy(running.log, artifacts / "hub.log")

@@ -4,10 +4,13 @@ from __future__ import annotations
 import os
 import re
 import socket
+import stat
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
+from contextlib import contextmanager
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -100,6 +103,26 @@ class Hub:
                                 text=True, timeout=900, env=env)
         assert result.returncode == 0, f"{commands} failed:\n{result.stdout}\n{result.stderr}"
         return result.stdout + result.stderr
+
+
+def hub_workdir(prefix: str) -> Path:
+    """A new folder under /var/tmp for a hub's files, readable by the students' accounts."""
+    workdir = Path(tempfile.mkdtemp(prefix=prefix, dir="/var/tmp"))
+    os.chmod(workdir, 0o755)
+    return workdir
+
+
+@contextmanager
+def started(hub: Hub):
+    """``hub`` running; afterwards stopped, and the checkout given back its mode (the hub closes it
+    to other users)."""
+    checkout_mode = stat.S_IMODE(REPO.stat().st_mode)
+    try:
+        hub.start()
+        yield hub
+    finally:
+        hub.stop()
+        os.chmod(REPO, checkout_mode)
 
 
 def log_in(page, hub_url: str, name: str, password: str) -> None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import secrets
 import shutil
-import stat
 import subprocess
 import tempfile
 import time
@@ -15,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from conftest import CHROMIUM
-from course_hub import REPO, SHARED, SYSTEM_PYTHON, Hub, log_in
+from course_hub import SHARED, SYSTEM_PYTHON, Hub, hub_workdir, log_in, started
 
 from slurm_cluster import PARTITION, SlurmCluster, missing
 
@@ -56,9 +55,7 @@ def student():
 @pytest.fixture(scope="module")
 def slurm_hub(hub_installed, student, slurm):
     """The course hub as `course hub` starts it, with every server a Slurm job."""
-    workdir = Path(tempfile.mkdtemp(prefix="course-hub-slurm-", dir="/var/tmp"))
-    os.chmod(workdir, 0o755)
-    checkout_mode = stat.S_IMODE(REPO.stat().st_mode)
+    workdir = hub_workdir("course-hub-slurm-")
     hub = Hub(workdir, student)
     hub.config.write_text(
         f'course_id = "multigpu"\nip = "127.0.0.1"\nport = {hub.port}\nexchange = "{hub.exchange}"\n'
@@ -70,11 +67,9 @@ def slurm_hub(hub_installed, student, slurm):
     previous = os.environ.get("SLURM_CONF")
     os.environ["SLURM_CONF"] = slurm.conf  # the hub's sbatch, squeue and scancel reach the test cluster
     try:
-        hub.start()
-        yield hub
+        with started(hub):
+            yield hub
     finally:
-        hub.stop()
-        os.chmod(REPO, checkout_mode)
         os.environ.pop("SLURM_CONF") if previous is None else os.environ.update(SLURM_CONF=previous)
         shutil.rmtree(workdir, ignore_errors=True)
 
