@@ -12,11 +12,17 @@ from labutils.command.usage import UsageError
 pytestmark = pytest.mark.fakegpu
 
 
-class FakeStore:
-    """The job's rendezvous store: ``get`` of a key nobody set would block forever, so it fails."""
+#: the prefix ``multinode.attempt_store`` gives every key on torchrun's first attempt
+ATTEMPT = "labutils/attempt_0/"
 
-    def __init__(self, values=None):
-        self.values = dict(values or {})
+
+class FakeStore(dist.Store):
+    """The job's rendezvous store: ``get`` of a key nobody set would block forever, so it fails.
+    ``published``: what rank 0 of the first attempt set (keys as ``multinode`` names them)."""
+
+    def __init__(self, published=None):
+        super().__init__()
+        self.values = {ATTEMPT + key: value for key, value in (published or {}).items()}
 
     def set(self, key, value):
         self.values[key] = value.encode() if isinstance(value, str) else value
@@ -56,7 +62,7 @@ def test_rank_zero_decides_auto_and_publishes_it_so_the_job_cannot_mix_gloo_and_
     node = FakeGpuNode(monkeypatch, h100s(8))
     store = FakeStore()
     assert torchrun_rank(monkeypatch, 0, store)["init"][0] == "nccl"
-    assert store.values[multinode.BACKEND_KEY] == b"nccl" and node.probe_runs == 1
+    assert store.values[ATTEMPT + multinode.BACKEND_KEY] == b"nccl" and node.probe_runs == 1
 
 
 def test_other_ranks_follow_rank_zero_without_their_own_slow_cuda_probe(monkeypatch):
