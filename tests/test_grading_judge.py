@@ -379,3 +379,8 @@ def test_a_red_team_submission_scores_what_an_empty_part_scores_and_a_correct_on
         elif test in loses:  # right results: only what the process group recorded gives it away
             failures = [line for line in verdict.lines if line.startswith("✗") and "more failing" not in line]
             assert all(any(clue in line for clue in RECORDED) for line in failures), verdict.lines
+
+
+def test_a_submission_may_take_the_labs_timeout_or_ten_times_the_references_time_if_that_is_more():
+    assert engine.submission_timeout_s(60.0, reference_s=1.5) == 60.0
+    assert engine.submission_timeout_s(10.0, reference_s=4.01) == 41.0  # a busy machine slowed the reference

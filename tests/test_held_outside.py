@@ -34,3 +34,24 @@ def test_a_buffer_another_thread_lets_go_of_a_moment_later_is_not_held():
         assert held_outside(before, set(), allowed=0) == {}
     finally:
         release.cancel()
+
+
+def _state_hidden_by_a_freeze() -> tuple:
+    """On a rank: (objects the template froze, what ``held_outside`` finds after the rank's code made a
+    tensor and froze every object it had made)."""
+    import gc
+
+    frozen = gc.get_freeze_count()
+    before = set(live_storages())
+    hidden = [torch.zeros(32)]
+    gc.freeze()
+    found = held_outside(before, set(), allowed=0)
+    return frozen, found.get(storage_key(hidden[0]))
+
+
+def test_a_rank_starts_with_the_templates_imports_frozen_and_a_freeze_of_its_own_hides_no_tensor():
+    import labutils
+
+    for frozen, hidden_bytes in labutils.launch(_state_hidden_by_a_freeze, 2, backend="gloo"):
+        assert frozen > 10_000  # torch's modules: a rank's collections skip them
+        assert hidden_bytes == 128

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import importlib
 import io
+import math
 import os
 import pickle
 import re
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Callable
@@ -29,6 +31,12 @@ _torch_load, _float64 = torch.load, torch.float64
 
 #: Tolerances of every comparison: |got - expected| <= ATOL + RTOL * |expected|.
 ATOL, RTOL = 1e-4, 1e-4
+#: Seconds the reference's ranks may run at least: the judge's own code, whose slowness on a busy
+#: machine is no fault of the submission's (its launch ends when it is done, well before).
+REFERENCE_TIMEOUT_S = 600.0
+#: How many times the reference's time a submission may take before its timeout grows past the
+#: lab's ``rank_timeout_s`` (``submission_timeout_s``).
+SLOWER_THAN_REFERENCE = 10.0
 #: Most failing cases listed in a verdict (the rest are counted).
 MAX_LISTED_FAILURES = 6
 LAB_NAME = re.compile(r"^lab\d\d_[a-z0-9_]+$")
@@ -138,11 +146,14 @@ def run_test(lab: str, test: str, names: list, blob: bytes, sources: dict, *,
         return Verdict(test, spec.title, False, [f"✗ the grader needs {', '.join(missing)} and did not receive it"])
     generator = torch.Generator().manual_seed(seed if seed is not None else int.from_bytes(os.urandom(7), "big"))
     cases = spec.make_cases(generator)
+    started = time.monotonic()
     try:  # the reference first, in ranks of its own: no submission code ever runs beside its results
-        reference = launch_reference(lab, test, cases, rank_timeout_s=rank_timeout_s, backend=backend)
+        reference = launch_reference(lab, test, cases, rank_timeout_s=max(rank_timeout_s, REFERENCE_TIMEOUT_S),
+                                     backend=backend)
     except (LaunchError, rankside.JudgeFailed) as exc:
         return Verdict(test, spec.title, False, [f"✗ judge error: the reference failed on rank "
                                                  f"{getattr(exc, 'rank', '?')}: {str(exc)[-2000:]}"], judge_error=True)
+    rank_timeout_s = submission_timeout_s(rank_timeout_s, time.monotonic() - started)
     try:
         student = launch_submission(lab, test, cases, blob, sources, rank_timeout_s=rank_timeout_s, backend=backend)
     except rankside.StudentCodeFailed as exc:
@@ -163,6 +174,14 @@ def run_test(lab: str, test: str, names: list, blob: bytes, sources: dict, *,
         verdict.passed = False
         verdict.lines.append(f"✗ {problem}")
     return verdict
+
+
+def submission_timeout_s(rank_timeout_s: float, reference_s: float) -> float:
+    """Seconds the submission's ranks may run: ``rank_timeout_s``, or ``SLOWER_THAN_REFERENCE`` times
+    what the reference's launch took (``reference_s``) when that is more. A machine busy with other
+    work slows both alike, so correct code is never timed out by the load; code that hangs still is.
+    Whole seconds, as the verdict says them."""
+    return max(rank_timeout_s, float(math.ceil(SLOWER_THAN_REFERENCE * reference_s)))
 
 
 def split_by_rank(spec: TestSpec, cases: list) -> list:

@@ -122,10 +122,23 @@ def storages_of(tensors) -> set:
     return {key for key in (storage_key(t) for t in tensors if t is not None) if key is not None}
 
 
+def _thaw_if_rank_code_froze() -> None:
+    """The rank template freezes what it imported (``gc.freeze``), which ``gc.get_objects`` then no
+    longer lists: cheap, and it holds no tensor of the rank's. Code on the rank that froze objects of
+    its own would hide them the same way, so when the frozen count has grown since the call started
+    every frozen object is thawed (listed again, at the cost of a slower walk). It shrinks on its own
+    as the rank frees a few of the template's objects; a freeze adds every object the rank has made."""
+    from labutils.ranks import _worker
+
+    if gc.get_freeze_count() > _worker.frozen_at_call:
+        gc.unfreeze()
+
+
 def live_storages() -> dict:
     """{storage data pointer: (bytes, its gradient's storage pointer or None)} of every tensor object
     alive in this process, after a full garbage collection (tensors are tracked by Python's collector
     wherever they are kept: a module's globals, a closure, a hook, a class attribute)."""
+    _thaw_if_rank_code_froze()
     gc.collect()
     live = {}
     with warnings.catch_warnings():  # looking at every object wakes deprecated ones: not the rank's warnings
