@@ -47,11 +47,17 @@ def parallel_group(item) -> str:
     after another (the hub closes the checkout to other accounts while it runs). Each
     group runs whole on one worker, so its fixtures are built once."""
     folder = Path(str(item.path)).resolve().relative_to(Path(__file__).resolve().parent)
-    if "quick_chapter_run" in item.fixturenames or folder.parts[0] == "browser":
+    if _reads_quick_chapter_run(item) or folder.parts[0] == "browser":
         return "chapters"
     if folder.parts[0] == "hub" or folder.name.startswith("test_slurm") or folder.name == "test_sandbox_user.py":
         return "hub"  # the hub closes the checkout to other accounts while it runs; one Slurm cluster at a time
     return folder.as_posix()
+
+
+def _reads_quick_chapter_run(item) -> bool:
+    """Whether the test asks for the QUICK chapter run: as a fixture, or (marked ``quick_chapter_run``)
+    through one that asks for it at run time. Either way it must share the one run of the session."""
+    return "quick_chapter_run" in item.fixturenames or item.get_closest_marker("quick_chapter_run") is not None
 
 
 def pytest_collection_modifyitems(config, items):
@@ -61,7 +67,7 @@ def pytest_collection_modifyitems(config, items):
     those tests get :data:`QUICK_RUN_TIMEOUT_S` instead of the suite's 300 s per test, since the run
     has its own limits per notebook and per cell and takes longer on a busy machine."""
     for item in items:
-        if "quick_chapter_run" in item.fixturenames and not item.get_closest_marker("timeout"):
+        if _reads_quick_chapter_run(item) and not item.get_closest_marker("timeout"):
             item.add_marker(pytest.mark.timeout(QUICK_RUN_TIMEOUT_S))
     if config.pluginmanager.hasplugin("xdist"):
         for item in items:

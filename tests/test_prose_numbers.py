@@ -81,6 +81,7 @@ def executed_chapters(request) -> dict[str, list[dict]]:
 
 
 @pytest.mark.slow
+@pytest.mark.quick_chapter_run
 @pytest.mark.parametrize("chapter", [path.name for path in CHAPTERS])
 def test_chapter_prose_states_only_numbers_its_run_computed_or_a_source_gives(chapter, executed_chapters):
     claims = unbacked_claims(chapter, executed_chapters[chapter])
