@@ -3,7 +3,8 @@
 A test's group is its folder under ``tests/`` (``browser``, ``hub``) or, for a file at the top,
 the first word after ``test_`` (``test_grading_e2e.py`` is ``grading``). The line adds each
 test's setup, call and teardown seconds, so the fixtures a group builds count to that group;
-under parallel workers the groups add up to more than the wall time.
+under parallel workers the groups add up to more than the wall time, and the line also gives each
+worker's busy seconds: the busiest one bounds the wall time, whatever the others do.
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from pathlib import PurePosixPath
 import pytest
 
 _seconds: dict[str, float] = defaultdict(float)
+_busy_by_worker: dict[str, float] = defaultdict(float)
 _started = time.monotonic()
 
 
@@ -32,16 +34,21 @@ def group_of(nodeid: str) -> str:
 def pytest_runtest_logreport(report) -> None:
     """Add one phase's seconds (setup, call or teardown) of one test to its group."""
     _seconds[group_of(report.nodeid)] += report.duration
+    worker = getattr(getattr(getattr(report, "node", None), "gateway", None), "id", None)  # xdist's "gw0"
+    if worker:
+        _busy_by_worker[worker] += report.duration
 
 
-def summary_line(seconds: dict[str, float], wall_s: float) -> str:
-    """``time by group (s, wall 712): grading 301, browser 120, ...``, largest first."""
+def summary_line(seconds: dict[str, float], wall_s: float, busy_by_worker: dict[str, float] | None = None) -> str:
+    """``time by group (s, wall 712; busy gw0 700, gw1 650): grading 301, browser 120, ...``, groups
+    largest first, workers by name."""
     ranked = sorted(seconds.items(), key=lambda kv: -kv[1])
-    return f"time by group (s, wall {wall_s:.0f}): " + ", ".join(f"{g} {s:.0f}" for g, s in ranked)
+    busy = "; busy " + ", ".join(f"{w} {s:.0f}" for w, s in sorted(busy_by_worker.items())) if busy_by_worker else ""
+    return f"time by group (s, wall {wall_s:.0f}{busy}): " + ", ".join(f"{g} {s:.0f}" for g, s in ranked)
 
 
 @pytest.hookimpl(trylast=True)
 def pytest_terminal_summary(terminalreporter) -> None:
     """Print the line at the end of the run, after pytest's own summary sections."""
     if _seconds:
-        terminalreporter.write_line(summary_line(_seconds, time.monotonic() - _started))
+        terminalreporter.write_line(summary_line(_seconds, time.monotonic() - _started, _busy_by_worker))
