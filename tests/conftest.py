@@ -41,13 +41,13 @@ pytest_plugins = ["time_by_group"]
 QUICK_RUN_TIMEOUT_S = 1800
 
 def parallel_group(item) -> str:
-    """The parallel worker group of a test: the tests of one file share their module's fixtures;
-    every test that reads the chapters' QUICK run shares that one run, and the browser tests share
-    one Chromium with the website's test; the hub's, Slurm's and the ordinary account's tests run one
-    after another (the hub closes the checkout to other accounts while it runs). Each
-    group runs whole on one worker, so its fixtures are built once."""
+    """The parallel worker group of a test: the tests of one file share their module's fixtures
+    (a browser module its Jupyter server and Chromium); every test that reads the chapters' QUICK
+    run shares that one run; the hub's, Slurm's and the ordinary account's tests run one after
+    another (the hub closes the checkout to other accounts while it runs). Each group runs whole on
+    one worker, so its fixtures are built once."""
     folder = Path(str(item.path)).resolve().relative_to(Path(__file__).resolve().parent)
-    if _reads_quick_chapter_run(item) or folder.parts[0] == "browser":
+    if _reads_quick_chapter_run(item):
         return "chapters"
     if folder.parts[0] == "hub" or folder.name.startswith("test_slurm") or folder.name == "test_sandbox_user.py":
         return "hub"  # the hub closes the checkout to other accounts while it runs; one Slurm cluster at a time
