@@ -322,7 +322,7 @@ def test_a_rank_that_dies_is_reported_with_its_exit_code_or_signal(how, exitcode
         start = time.monotonic()
         with pytest.raises(RankDiedError) as info:
             pool.run(fn, timeout=60)
-        assert time.monotonic() - start < 3.0
+        assert time.monotonic() - start < 30  # as soon as it died, long before the 60 s deadline
         assert info.value.rank == 1
         assert info.value.exitcode == exitcode and info.value.signal == sig
         assert "rank 1 died" in str(info.value)
@@ -355,7 +355,7 @@ def test_a_skipped_collective_times_out_naming_the_stuck_ranks():
         elapsed = time.monotonic() - start
         assert_no_rank_left()
     assert isinstance(info.value, TimeoutError)
-    assert 2.0 <= elapsed < 4.5  # the deadline, up to 1 s reading stacks, the kill
+    assert 2.0 <= elapsed < 2.0 + 20  # the deadline, then reading stacks and the kill (slower on a busy machine)
     assert info.value.ranks == [1, 2]
     for r in (1, 2):
         assert "skip_on_rank_0" in info.value.stacks[r]
@@ -374,8 +374,9 @@ def test_a_rank_spinning_in_python_times_out_with_its_stack():
         "spin",
     )
     with labutils.Pool(2) as pool:
+        pool.run(os.getpid)  # ranks up: rank 0's return must not race their start
         with pytest.raises(RankTimeoutError) as info:
-            pool.run(spin, timeout=1.5)
+            pool.run(spin, timeout=3)
         assert info.value.ranks == [1]
         assert "in spin" in info.value.stacks[1]
         assert "while dist.get_rank() == 1:" in info.value.stacks[1]

@@ -49,13 +49,13 @@ def test_ranks_left_in_a_collective_are_named_long_before_the_timeout(monkeypatc
         monkeypatch.setattr(sys, "stdout", stream)
         start = time.monotonic()
         with pytest.raises(RankTimeoutError) as info:
-            pool.run(only_rank_0_reduces, timeout=8)
+            pool.run(only_rank_0_reduces, timeout=20)
         monkeypatch.undo()
     notice = stream.first("still in all_reduce")
     assert notice is not None, stream.writes
     arrived_after_s, text = notice
-    assert arrived_after_s - start < 4.0  # seconds after rank 1 returned, not at the 8 s deadline
-    assert "rank 1 finished; rank 0 is still in all_reduce (waiting up to 8 s" in text
+    assert arrived_after_s - start < 12.0  # at a check 0.5, 2 or 8 s after rank 1 returned, not at the 20 s deadline
+    assert "rank 1 finished; rank 0 is still in all_reduce (waiting up to 20 s" in text
     assert "timeout=" in text and "LABUTILS_TIMEOUT" in text
     assert "(rank 1 had finished)" in str(info.value)
 

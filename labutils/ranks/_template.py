@@ -1,4 +1,5 @@
-"""The template process: imports torch once, then forks ranks on request (Linux).
+"""The template process: imports torch once, then forks ranks on request (Linux); in its first idle
+moment it also imports what only ranks that build an optimizer need (``IDLE_IMPORTS``).
 
 Started by the caller as a fresh interpreter (``python -m labutils.ranks._template FD``), in its
 own session so a kernel interrupt does not reach it. It never runs a torch operation, so
@@ -103,27 +104,46 @@ def _kill_all(children: set) -> None:
 
 def _preload(control: socket.socket, started_at: float) -> None:
     """Import what every rank needs, so a fork costs milliseconds, not a torch import; then freeze
-    it and say hello. ``torch._dynamo`` is among it: torch.optim imports it when the first optimizer
-    is built (about 3 s of CPU), which every rank that trains would otherwise pay on its own.
-    Freezing (``gc.freeze``) moves every object imported so far out of the garbage collector's
-    reach: a rank's full collection then walks only the objects the rank made, not torch's few
-    hundred thousand (and never writes to the pages it shares with the template). Versions travel
-    as plain str: torch's own version type would make the caller import torch."""
-    import gc
-
+    it (``_freeze_imports``) and say hello. Versions travel as plain str: torch's own version type
+    would make the caller import torch."""
     import cloudpickle  # noqa: F401
     import torch
-    import torch._dynamo  # noqa: F401
     import torch.distributed as dist
 
     import labutils.ranks._worker  # noqa: F401
 
-    gc.collect()
-    gc.freeze()
-
+    _freeze_imports()
     cuda = torch.version.cuda
     _wire.send(control, TemplateHello(os.getpid(), str(torch.__version__), None if cuda is None else str(cuda),
                                       bool(dist.is_nccl_available()), started_at, time.monotonic()))
+
+
+def _freeze_imports() -> None:
+    """Move every object imported so far out of the garbage collector's reach (``gc.freeze``): a
+    rank's full collection then walks only the objects the rank made, not torch's few hundred
+    thousand, and never writes to the pages it shares with the template."""
+    import gc
+
+    gc.collect()
+    gc.freeze()
+
+
+#: Imported once the template has had no request for ``IDLE_AFTER_S`` seconds (so a first launch
+#: never waits for them): torch.optim imports ``torch._dynamo`` when a rank builds its first
+#: optimizer, about 3 s of CPU that every rank forked after this import no longer pays.
+IDLE_IMPORTS = ("torch._dynamo",)
+IDLE_AFTER_S = 0.3
+
+
+def _import_when_idle() -> None:
+    import importlib
+
+    for name in IDLE_IMPORTS:
+        try:
+            importlib.import_module(name)
+        except ImportError:  # another torch build without it: the ranks import what they need themselves
+            pass
+    _freeze_imports()
 
 
 def main(fd: int) -> None:
@@ -144,8 +164,13 @@ def main(fd: int) -> None:
     selector.register(control, selectors.EVENT_READ, "control")
     selector.register(wakeup_r, selectors.EVENT_READ, "sigchld")
     reader = _wire.FrameReader()
+    idle_imports_due = True
     while True:
-        for key, _ in selector.select():
+        events = selector.select(IDLE_AFTER_S if idle_imports_due else None)
+        if not events and idle_imports_due:
+            _import_when_idle()
+            idle_imports_due = False
+        for key, _ in events:
             if key.data == "sigchld":
                 try:
                     os.read(wakeup_r, 4096)
