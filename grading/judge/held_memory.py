@@ -122,15 +122,26 @@ def storages_of(tensors) -> set:
     return {key for key in (storage_key(t) for t in tensors if t is not None) if key is not None}
 
 
-def _thaw_if_rank_code_froze() -> None:
-    """The rank template freezes what it imported (``gc.freeze``), which ``gc.get_objects`` then no
-    longer lists: cheap, and it holds no tensor of the rank's. Code on the rank that froze objects of
-    its own would hide them the same way, so when the frozen count has grown since the call started
-    every frozen object is thawed (listed again, at the cost of a slower walk). It shrinks on its own
-    as the rank frees a few of the template's objects; a freeze adds every object the rank has made."""
-    from labutils.ranks import _worker
+#: ``gc.get_freeze_count()`` before any code of the submission's ran on this rank (``note_frozen_objects``);
+#: None until noted.
+_frozen_before = None
 
-    if gc.get_freeze_count() > _worker.frozen_at_call:
+
+def note_frozen_objects() -> None:
+    """Remember how many objects are frozen now, before code of the submission's runs: the rank
+    template froze what it imported (``gc.freeze``), which ``gc.get_objects`` then no longer lists.
+    (The count is a walk of that list: once per launch, not per call.)"""
+    global _frozen_before
+    _frozen_before = gc.get_freeze_count()
+
+
+def _thaw_if_rank_code_froze() -> None:
+    """Code on the rank that froze objects of its own would hide them from ``gc.get_objects``, as the
+    template's imports are: when the frozen count has grown past the one noted before it ran (or none
+    was noted), every frozen object is thawed (listed again, at the cost of a slower walk). The count
+    shrinks on its own as the rank frees a few of the template's objects; a freeze adds every object
+    the rank has made."""
+    if _frozen_before is None or gc.get_freeze_count() > _frozen_before:
         gc.unfreeze()
 
 

@@ -29,6 +29,7 @@ import torch.distributed as dist
 from labutils.ranks.rank import device as rank_device
 
 from grading.autograder.rank_isolation import isolate
+from grading.judge.held_memory import note_frozen_objects
 from grading.judge.recording import install, log_position, since, summary
 
 #: Longest exception message quoted back to the student (characters).
@@ -271,6 +272,7 @@ def run_reference(run_case, reference: dict, world_size: int, cases: list, rank_
     (``rank_data[i]``: this rank's inputs of case i); torch.save bytes of {"reference": [...]}, or of
     {"judge_failed": text}: no submission code runs in this launch, a failure here is the judge's."""
     try:
+        note_frozen_objects()
         groups = _groups_for(world_size, cases)
         results = [_run_case(run_case, reference, case, data, groups) for case, data in zip(cases, rank_data)]
     except BaseException as exc:
@@ -282,6 +284,7 @@ def enter_student_code() -> str:
     """The point past which submission code exists in this process: every call of a submission's
     launch passes here once, after its process groups are made and before the blob is unpickled.
     Returns the rank's private folder, the only one it may write."""
+    note_frozen_objects()
     return isolate(nccl=rank_device().type == "cuda")  # no channel to a sibling rank but the counted one
 
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 import ast
 import ctypes
 import faulthandler
-import gc
 import linecache
 import os
 import signal
@@ -167,17 +166,8 @@ def _apply_context(context: dict | None) -> None:
         linecache.cache[filename] = entry
 
 
-#: Objects out of the garbage collector's reach (``gc.get_freeze_count()``) when the current call
-#: started: those the template froze after its imports. A count that moved since means code of the
-#: call froze or freed some of them (the judge then thaws them all before it lists what is alive).
-frozen_at_call = 0
-
-
 def _run_call(call_id, payload: bytes):
     import cloudpickle
-
-    global frozen_at_call
-    frozen_at_call = gc.get_freeze_count()
     fn, args, kwargs = cloudpickle.loads(payload)
     result = fn(*args, **kwargs)
     try:
