@@ -54,7 +54,8 @@ def add_arguments(parser) -> None:
                         help="submissions graded at once (default: half the cores, at least 2)")
     parser.add_argument("--cell-timeout", type=float, default=300.0, help="seconds a notebook cell may run (default 300)")
     parser.add_argument("--rank-timeout", type=float, default=60.0,
-                        help="seconds one call on ranks may run, in the judge and in the notebook (default 60)")
+                        help="seconds one call on ranks may run, in the judge and in the notebook (default 60; "
+                             "in the judge, 10x the reference's time for the same test when that is more)")
     parser.add_argument("--submission-timeout", type=float, default=1200.0,
                         help="seconds a whole submission may take before it is stopped (default 1200)")
     parser.add_argument("--backend", choices=JUDGE_BACKENDS, default="gloo", help=BACKEND_HELP)
