@@ -250,8 +250,9 @@ def test_magic_timeout_applies_to_its_own_cell_only():
     shell = InteractiveShell.instance()
     shell.run_line_magic("load_ext", "labutils")
     try:
+        shell.run_cell_magic("distributed", "-n 2", "import time")  # ranks up: the deadline times the cell alone
         with pytest.raises(RankTimeoutError, match=r"time\.sleep\(30\)"):  # the stuck line of the cell
-            shell.run_cell_magic("distributed", "-n 2 --timeout 1", "import time\ntime.sleep(30)")
+            shell.run_cell_magic("distributed", "-n 2 --timeout 3", "time.sleep(30)")
         shell.run_cell_magic("distributed", "-n 2", "import time\ntime.sleep(1.5)")  # the default deadline again
         with pytest.raises(ValueError, match="world_size must be at least 1"):
             shell.run_cell_magic("distributed", "-n 0", "pass")
