@@ -20,8 +20,9 @@ from labutils.ranks import _wire
 from labutils.ranks._render import cell_names, main_thread_stack
 from labutils.ranks._messages import RankHello
 
-#: Seconds a stuck rank gets to write its stack after SIGUSR1.
-STACK_DUMP_WAIT_S = 1.0
+#: Seconds a stuck rank gets to write its stack after SIGUSR1 (the wait ends as soon as every stack
+#: is in: only a rank the machine's load keeps from running for a while uses it all).
+STACK_DUMP_WAIT_S = 5.0
 #: Last lines of each rank's stderr kept to explain its death (gloo's and NCCL's messages).
 STDERR_TAIL_LINES = 40
 
