@@ -221,7 +221,7 @@ def test_exception_on_one_rank_is_reraised_quickly_with_its_traceback():
         pool.run(os.getpid)  # ranks up: what is timed is the failure, not the start
         with pytest.raises(ValueError, match="bad shape on this rank") as info:
             pool.run(fails_on_rank_1, timeout=60)
-        assert time.time() - info.value.args[1] < 2.0
+        assert time.time() - info.value.args[1] < 20  # long before the 60 s deadline, on a busy machine too
         assert info.value.rank == 1
         assert "fails_on_rank_1" in info.value.remote_traceback  # remote traceback, with source lines
         assert 'raise ValueError("bad shape on this rank", time.time())' in info.value.remote_traceback
