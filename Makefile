@@ -3,7 +3,7 @@
 #   make nightly   execute every notebook headless and write a report under build/nightly/ (course nightly)
 #   make lab       start JupyterLab on the course (PORT=8888 IP=127.0.0.1 BROWSER=0 for a remote node)
 #   make student   build the students' copy in build/student
-#   make hub       start the course's JupyterHub on a shared node (as root)
+#   make hub       start the course's JupyterHub on a shared node (as root), from its own environment
 #   make site      the chapters as a website in build/site/ from the last complete nightly run (course site)
 PYTHON ?= python3
 VENV   ?= .venv
@@ -16,12 +16,16 @@ STAMP  := $(VENV)/.installed
 # GPU node (nvidia-smi answers) the pin comes from PyTorch's index for the newest CUDA the
 # driver runs (labutils/devices/cuda_build.py; the plain pin if that index lacks it); on a CPU
 # machine the plain pin takes the CPU wheel.
+define install_torch
+index="$$($(1)/python labutils/devices/cuda_build.py --index-url)"; \
+if [ -n "$$index" ]; then $(1)/python -m pip install -q torch==2.13.0 --index-url "$$index" || $(1)/python -m pip install -q torch==2.13.0; \
+else $(1)/python -m pip install -q torch==2.13.0; fi
+endef
+
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	index="$$($(BIN)/python labutils/devices/cuda_build.py --index-url)"; \
-	if [ -n "$$index" ]; then $(BIN)/python -m pip install -q torch==2.13.0 --index-url "$$index" || $(BIN)/python -m pip install -q torch==2.13.0; \
-	else $(BIN)/python -m pip install -q torch==2.13.0; fi
+	$(call install_torch,$(BIN))
 	$(BIN)/python -m pip install -q -e '.[course,test]'
 	@command -v bwrap >/dev/null || { if command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ]; then apt-get install -y -q bubblewrap; else echo "course grade needs bubblewrap: sudo apt-get install bubblewrap"; fi; }
 	touch $@
@@ -84,20 +88,27 @@ student: $(STAMP)
 
 # The course's JupyterHub on a shared node (grading/hub/course_hub.toml), as root: `course hub`
 # checks every prerequisite at once, then makes the students' copy and its environment under the
-# settings' shared folder (students' servers run that, never this checkout). JupyterHub is
-# installed here once (the stamp), not at every start; batchspawner comes too (spawner = "slurm"
-# in course_hub.toml makes every server a Slurm job). The course is editable in this venv for the
-# hub's own process (root, the instructors' side) only: `course hub` refuses a students' environment
-# that is editable or reaches code outside it, passes servers none of this venv's variables and
-# closes the checkout to other users (tests/hub: a student's import of grading and read of
-# solutions/ are refused).
-HUB_STAMP := $(VENV)/.hub-installed
-$(HUB_STAMP): $(STAMP) pyproject.toml
-	$(BIN)/python -m pip install -q -e '.[hub,slurm]'
+# settings' shared folder (students' servers run that, never this checkout), and closes the checkout
+# to other users. The hub process has an environment of its own, HUB_VENV, made once (the stamp):
+# the course's dependencies and JupyterHub with batchspawner (spawner = "slurm" in course_hub.toml
+# makes every server a Slurm job), and no copy of the course, editable or not
+# (grading/hub/requirements.py). It runs the checkout's grading from the checkout, isolated (-E -s
+# -m, as the judge runs), and refuses an environment that holds the course editable.
+HUB_VENV  ?= build/hub/venv
+HUB_BIN   := $(HUB_VENV)/bin
+HUB_STAMP := $(HUB_VENV)/.installed
+$(HUB_STAMP): pyproject.toml grading/hub/requirements.py
+	test -x $(HUB_BIN)/python || $(PYTHON) -m venv $(HUB_VENV)
+	$(HUB_BIN)/python -m pip install -q --upgrade pip
+	$(call install_torch,$(HUB_BIN))
+	$(HUB_BIN)/python grading/hub/requirements.py course hub slurm > $(HUB_VENV)/requirements.txt
+	$(HUB_BIN)/python -m pip install -q -r $(HUB_VENV)/requirements.txt
 	touch $@
+.PHONY: hub-env
+hub-env: $(HUB_STAMP)
 
 hub: $(HUB_STAMP)
-	$(BIN)/course hub
+	cd $(CURDIR) && $(HUB_BIN)/python -E -s -m grading.hub
 
 bench: $(STAMP)
 	$(BIN)/python -m pip install -q -e '.[bench]'

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import shutil
 import socket
 import stat
@@ -132,23 +133,49 @@ def test_every_missing_prerequisite_is_one_line_and_nothing_is_created(tmp_path,
 
     assert main(["hub", "--config", str(config), "--build-dir", str(tmp_path / "build")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 3, err
-    assert "run it as root" in err[0] and "no Unix account for nobody-here-1" in err[1], err
-    assert "no Python at" in err[2] and "set `python" in err[2], err
+    assert len(err) == 4, err
+    assert "run it as root" in err[0] and "no Unix account for nobody-here-1" in err[2], err
+    # this test runs in the course's .venv, which holds the course editable: no place for the hub
+    assert "the hub's environment" in err[1] and "installed editable" in err[1] and "sudo make hub" in err[1], err
+    assert "no Python at" in err[3] and "set `python" in err[3], err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["hub.toml"]
 
 
-def test_make_hub_installs_jupyterhub_once(tmp_path):
-    venv = tmp_path / "venv"
+def test_make_hub_makes_its_own_environment_once_without_the_course_in_it(tmp_path):
+    venv = tmp_path / "hub-venv"
     (venv / "bin").mkdir(parents=True)
-    for stamp in (".installed", ".hub-installed"):
-        (venv / stamp).touch()
-    result = subprocess.run(["make", "-n", "hub", f"VENV={venv}"], cwd=REPO, capture_output=True, text=True)
+    (venv / ".installed").touch()
+    result = subprocess.run(["make", "-n", "hub", f"HUB_VENV={venv}"], cwd=REPO, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
-    assert "pip install" not in result.stdout and "course hub" in result.stdout, result.stdout
-    (venv / ".hub-installed").unlink()
-    again = subprocess.run(["make", "-n", "hub", f"VENV={venv}"], cwd=REPO, capture_output=True, text=True)
-    assert ".[hub,slurm]" in again.stdout, again.stdout
+    assert "pip install" not in result.stdout, result.stdout
+    assert f"cd {REPO} && {venv}/bin/python -E -s -m grading.hub" in result.stdout, result.stdout
+    (venv / ".installed").unlink()
+    again = subprocess.run(["make", "-n", "hub", f"HUB_VENV={venv}"], cwd=REPO, capture_output=True, text=True)
+    assert "grading/hub/requirements.py course hub slurm" in again.stdout, again.stdout
+    installs = [line for line in again.stdout.splitlines() if "pip install" in line]
+    assert installs and not any(" -e " in line or "'.[" in line for line in installs), installs
+
+
+def test_the_hub_environments_requirements_are_the_courses_dependencies_and_not_the_course():
+    from grading.hub.requirements import PYPROJECT, requirement_lines
+
+    lines = requirement_lines(PYPROJECT, ["course", "hub", "slurm"])
+    names = [re.split(r"[<>=!~\[ ]", line, maxsplit=1)[0] for line in lines]
+    assert "torch==2.13.0" in lines and {"nbgrader", "jupyterhub", "batchspawner"} <= set(names), lines
+    assert len(names) == len(set(names)) and "labutils" not in names, lines
+    with pytest.raises(ValueError, match="no extra nope"):
+        requirement_lines(PYPROJECT, ["hub", "nope"])
+
+
+def test_the_hub_refuses_an_environment_that_holds_the_course_editable(tmp_path):
+    venv = tmp_path / "env"
+    site = venv / "lib" / "python3.11" / "site-packages"
+    (site / "jupyterhub-5.0.0.dist-info").mkdir(parents=True)
+    assert checks.environment_problems(venv) == []
+    (site / "labutils-0.1.0.dist-info").mkdir()
+    (site / "labutils-0.1.0.dist-info" / "direct_url.json").write_text('{"url": "file:///course", "dir_info": {"editable": true}}')
+    [line] = checks.environment_problems(venv)
+    assert "labutils-0.1.0.dist-info is installed editable" in line and "sudo make hub" in line
 
 
 def test_homes_and_the_class_folder_are_closed_to_other_users(tmp_path, monkeypatch):

@@ -1,8 +1,9 @@
 """What the course hub needs before it starts, checked all at once: one line per problem, each with its fix.
 
-``problems(settings)`` returns every unmet prerequisite (root, the roster's accounts and their
-passwords, a Python every account can run for the students' environment, npm or the proxy, free
-ports); ``course hub`` prints them all and changes nothing while any is left.
+``problems(settings)`` returns every unmet prerequisite (root, the hub's own environment free of
+the course's editable install, the roster's accounts and their passwords, a Python every account
+can run for the students' environment, npm or the proxy, free ports); ``course hub`` prints them all
+and changes nothing while any is left.
 """
 from __future__ import annotations
 
@@ -12,10 +13,12 @@ import shutil
 import socket
 import stat
 import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
 from grading.hub import gpus
+from grading.hub.shared import outside_code
 
 #: Where the students' environment and copy live when the settings do not say (``shared``).
 DEFAULT_SHARED = "/srv/multigpu"
@@ -138,10 +141,22 @@ def proxy_problems(install_dir: Path) -> list[str]:
     return []
 
 
+def environment_problems(prefix: Path) -> list[str]:
+    """The hub process's own environment (``prefix``, its ``sys.prefix``) must install no code from
+    outside it: an editable course there (``make lab``'s and ``make test``'s ``.venv``) maps
+    ``grading`` and ``solutions/`` into an environment the checkout does not close with it."""
+    found = outside_code(prefix)
+    if not found:
+        return []
+    return [f"the hub's environment {prefix} reaches code outside it ({'; '.join(found)}): start the hub with "
+            "`sudo make hub`, which makes it an environment of its own (build/hub/venv) without the course in it"]
+
+
 def problems(settings: dict, build_dir: Path) -> list[str]:
     """Every unmet prerequisite of the hub, one line each with its fix; empty when it can start."""
     found = [] if os.geteuid() == 0 else [
         "the hub starts each student's server as that student: run it as root (sudo make hub)"]
+    found += environment_problems(Path(sys.prefix))
     found += missing_accounts(settings) + password_problems(settings)
     found += python_problems(settings["python"]) + proxy_problems(build_dir) + port_problems(settings)
     return found

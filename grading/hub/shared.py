@@ -86,8 +86,8 @@ def prepare(shared: Path, system_python: str) -> list[str]:
 
 
 def outside_code(venv: Path) -> list[str]:
-    """What in the servers' environment ``venv`` would import code from outside it: editable
-    installs (pip's ``direct_url.json`` says so; setuptools' ``__editable__`` finders) and ``.pth``
+    """What in the environment ``venv`` (the servers', or the hub's own) would import code from
+    outside it: editable installs (pip's ``direct_url.json`` says so; setuptools' ``__editable__`` finders) and ``.pth``
     lines naming a folder outside the environment (a course checkout's ``grading/`` and
     ``solutions/`` must never be one import away from a student's server)."""
     venv = Path(venv).resolve()

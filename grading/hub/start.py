@@ -1,7 +1,7 @@
 """`course hub`: the course's JupyterHub on a shared node, after checking what it needs.
 
     sudo make hub                                                     # via the Makefile
-    course hub --config grading/hub/course_hub.toml                   # the same, directly
+    build/hub/venv/bin/python -E -s -m grading.hub --config FILE      # the same, from the checkout
 
 Every prerequisite is checked at once and each missing one is a line with its fix (root, the
 roster's accounts and their passwords, a system Python for the students' environment, npm, free
@@ -22,7 +22,7 @@ from pathlib import Path
 
 from grading.hub import checks, permissions, shared
 from grading.hub.checks import HubNotReady, load_settings
-from grading.paths import COURSE_ROOT
+from grading.paths import COURSE_ROOT, isolated_module
 from grading.student_copy import LeakError
 
 HUB_DIR = Path(__file__).resolve().parent
@@ -70,7 +70,7 @@ def secure(settings: dict, course_root: Path = Path(COURSE_ROOT)) -> list[str]:
     os.chown(class_dir, owner.st_uid, owner.st_gid)  # the checkout's instructors run `course class`
     changed = permissions.close_homes(checks.accounts(settings))
     changed += permissions.close_folder(course_root, "the course checkout")
-    environment = Path(sys.prefix).resolve()  # the hub's own venv, with the course installed editable
+    environment = Path(sys.prefix).resolve()  # the hub's own venv (`make hub`'s HUB_VENV): the course's dependencies
     if sys.prefix != sys.base_prefix and not environment.is_relative_to(course_root.resolve()):
         changed += permissions.close_folder(environment, "the hub's environment")
     changed += permissions.close_to_others(class_dir, "the class folder")
@@ -98,7 +98,7 @@ def prepare(settings_path: Path, build_dir: Path) -> tuple[list[str], dict]:
     state_dir = build_dir / "state"
     state_dir.mkdir(parents=True, exist_ok=True)
     os.chmod(state_dir, 0o700)
-    command = [sys.executable, "-m", "jupyterhub", "-f", str(HUB_DIR / "jupyterhub_config.py")]
+    command = isolated_module("jupyterhub", "-f", str(HUB_DIR / "jupyterhub_config.py"))  # run from COURSE_ROOT
     return command, {**os.environ, "COURSE_HUB_CONFIG": str(settings_path), "COURSE_HUB_STATE": str(state_dir),
                      "COURSE_HUB_PROXY": proxy}
 
@@ -123,4 +123,5 @@ def main(args) -> int:
     policy = settings.get("gpus", {}).get("policy", "round_robin")
     print(f"course hub: http://{settings.get('ip', '127.0.0.1')}:{settings.get('port', 8000)}/ "
           f"({len(settings['students'])} students, GPU policy {policy})", flush=True)
+    os.chdir(COURSE_ROOT)  # where `-m` finds the checkout's grading, which jupyterhub_config.py imports
     os.execvpe(command[0], command, env)

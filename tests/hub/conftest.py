@@ -5,8 +5,8 @@ shared GPU node. What it needs and how this sets it up:
 
 - three throwaway accounts (two students, one instructor) with random passwords, removed
   afterwards with their homes and every process they left;
-- JupyterHub in this checkout's environment (installed with the course's ``hub`` extra when
-  missing): the hub runs from the checkout, as `make hub` runs it;
+- the hub's own environment (``make hub-env``, under /var/tmp and kept between runs: the course's
+  dependencies with JupyterHub, not the course): the hub runs from the checkout, as `make hub` runs it;
 - the students' environment, which the hub itself makes from Debian's Python in a shared
   folder under /var/tmp (kept between runs: the hub reinstalls it only when labutils changed);
 - configurable-http-proxy from npm, and nbgrader's exchange in a fresh folder.
@@ -21,11 +21,10 @@ import os
 import secrets
 import shutil
 import subprocess
-import sys
 import time
 
 import pytest
-from course_hub import ACCOUNTS, REPO, SYSTEM_PYTHON, Hub, hub_workdir, started
+from course_hub import ACCOUNTS, HUB_VENV, REPO, SYSTEM_PYTHON, Hub, hub_workdir, started
 
 CHROMIUM = "/usr/bin/chromium"
 
@@ -45,13 +44,18 @@ def _skip_unless_possible() -> None:
     assert result.returncode == 0, result.stderr
 
 
+#: Seconds `make hub-env` may take: the first run on a machine installs torch and JupyterHub.
+HUB_ENV_TIMEOUT_S = 1500
+
+
 @pytest.fixture(scope="session")
 def hub_installed() -> None:
-    """JupyterHub in this checkout's environment (`make hub` installs the same extra)."""
+    """The hub's own environment, made by `make hub-env` as `make hub` makes it (again only when the
+    course's requirements changed)."""
     _skip_unless_possible()
-    probe = subprocess.run([sys.executable, "-c", "import jupyterhub"], capture_output=True)
-    if probe.returncode != 0:
-        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "-e", f"{REPO}[hub]"], check=True)
+    made = subprocess.run(["make", "hub-env", f"HUB_VENV={HUB_VENV}"], cwd=REPO, capture_output=True, text=True,
+                          timeout=HUB_ENV_TIMEOUT_S)
+    assert made.returncode == 0, made.stdout[-3000:] + made.stderr[-3000:]
 
 
 def _remove_account(name: str, timeout_s: float = 60.0) -> None:

@@ -6,7 +6,6 @@ import re
 import socket
 import stat
 import subprocess
-import sys
 import tempfile
 import time
 import urllib.request
@@ -20,6 +19,9 @@ SYSTEM_PYTHON = "/usr/bin/python3"
 #: The students' copy and environment the hub makes; kept between runs (the hub reinstalls only
 #: what changed), so only the first run waits for pip.
 SHARED = Path("/var/tmp/course-students-environment")
+#: The hub's own environment, as `make hub` makes it (`make hub-env HUB_VENV=...`: the course's
+#: dependencies, not the course); kept between runs like the students' one.
+HUB_VENV = Path("/var/tmp/course-hub-environment")
 #: Seconds the hub may take to answer: the first start installs the students' environment.
 HUB_START_TIMEOUT_S = 1200
 
@@ -71,10 +73,12 @@ class Hub:
         self.process = None
 
     def start(self) -> None:
-        """`course hub` from this checkout, as root, as `make hub` runs it."""
+        """`course hub` from this checkout, as root, as `make hub` runs it: the hub's own environment's
+        Python, isolated, importing the checkout's grading from the checkout."""
         log = open(self.log, "w")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "grading.hub", "--config", str(self.config), "--build-dir", str(self.workdir / "build")],
+            [str(HUB_VENV / "bin" / "python"), "-E", "-s", "-m", "grading.hub", "--config", str(self.config),
+             "--build-dir", str(self.workdir / "build")],
             cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + HUB_START_TIMEOUT_S
         while time.monotonic() < deadline:
