@@ -1,5 +1,5 @@
 """The template process: imports torch once, then forks ranks on request (Linux); in its first idle
-moment it also imports what only ranks that build an optimizer need (``IDLE_IMPORTS``).
+moment it also imports what only ranks that build an optimizer need (``_import_when_idle``).
 
 Started by the caller as a fresh interpreter (``python -m labutils.ranks._template FD``), in its
 own session so a kernel interrupt does not reach it. It never runs a torch operation, so
@@ -128,21 +128,16 @@ def _freeze_imports() -> None:
     gc.freeze()
 
 
-#: Imported once the template has had no request for ``IDLE_AFTER_S`` seconds (so a first launch
-#: never waits for them): torch.optim imports ``torch._dynamo`` when a rank builds its first
-#: optimizer, about 3 s of CPU that every rank forked after this import no longer pays.
-IDLE_IMPORTS = ("torch._dynamo",)
+#: Seconds without a request after which the template makes its idle imports (``_import_when_idle``).
 IDLE_AFTER_S = 0.3
 
 
 def _import_when_idle() -> None:
-    import importlib
+    """Import ``torch._dynamo`` and freeze it too, once nothing is asked (so a first launch never waits
+    for it): torch.optim imports it when a rank builds its first optimizer, about 3 s of CPU that
+    every rank forked after this no longer pays."""
+    import torch._dynamo  # noqa: F401
 
-    for name in IDLE_IMPORTS:
-        try:
-            importlib.import_module(name)
-        except ImportError:  # another torch build without it: the ranks import what they need themselves
-            pass
     _freeze_imports()
 
 

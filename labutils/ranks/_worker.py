@@ -168,6 +168,7 @@ def _apply_context(context: dict | None) -> None:
 
 def _run_call(call_id, payload: bytes):
     import cloudpickle
+
     fn, args, kwargs = cloudpickle.loads(payload)
     result = fn(*args, **kwargs)
     try:
@@ -229,7 +230,6 @@ def _answer(message, namespace: dict):
         raise RuntimeError(f"unknown request {type(message).__name__}")
     except BaseException as exc:  # KeyboardInterrupt and SystemExit are reported too
         return _error_reply(getattr(message, "call_id", None), exc)
-
 
 
 def serve(spec: dict) -> None:
