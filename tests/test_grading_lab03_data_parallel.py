@@ -91,6 +91,7 @@ def test_through_the_judge_each_other_fixture_loses_exactly_its_parts(name):
     assert LAB.losses_through_the_judge(name, tests=tests, rank_timeout_s=timeout) == fixture.loses
 
 
+@pytest.mark.timeout(900)  # a class through nbgrader (lab 2's took 221 s on a busy 2-core machine)
 def test_through_nbgrader_the_solution_scores_full_marks_the_release_zero_and_each_fixture_its_loss(tmp_path):
     LAB.grade_through_nbgrader(tmp_path, NBGRADER_FIXTURES, max_points=16)
 

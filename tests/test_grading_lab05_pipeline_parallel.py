@@ -43,6 +43,7 @@ def test_every_fixture_applies_to_todays_solution_and_names_real_test_cells():
     LAB.check_fixtures_apply_and_name_real_test_cells()
 
 
+@pytest.mark.timeout(900)  # a class through nbgrader (lab 2's took 221 s on a busy 2-core machine)
 def test_through_nbgrader_the_solution_scores_full_marks_the_release_zero_and_each_fixture_its_loss(tmp_path):
     report = LAB.grade_through_nbgrader(tmp_path, LAB.fixture_names() + LAB.attack_names(), max_points=10)
     one_f_one_b = part(report, "blocking_sends_deadlock_1f1b", "test_1f1b")

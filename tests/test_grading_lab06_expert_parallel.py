@@ -51,5 +51,6 @@ def test_every_fixture_applies_to_todays_solution_and_names_real_test_cells():
 test_through_the_judge_each_other_fixture_loses_exactly_its_parts = judge_only_fixture_test(LAB, NBGRADER_FIXTURES)
 
 
+@pytest.mark.timeout(900)  # a class through nbgrader (lab 2's took 221 s on a busy 2-core machine)
 def test_through_nbgrader_the_solution_scores_full_marks_the_release_zero_and_each_fixture_its_loss(tmp_path):
     LAB.grade_through_nbgrader(tmp_path, NBGRADER_FIXTURES + tuple(LAB.attack_names()), max_points=13)

@@ -40,7 +40,7 @@ POINTS = {"test_f": 2, "test_g": 2, "test_column_parallel": 4, "test_row_paralle
 #: What a course copy needs to grade the lab.
 COURSE_PARTS = ("grading", "labutils", os.path.join("solutions", LAB))
 
-pytestmark = [pytest.mark.slow,
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900),  # the class's grading: 104 s on a busy 2-core machine
               pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")]
 
 

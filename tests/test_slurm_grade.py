@@ -62,6 +62,7 @@ def _rows(course: str) -> list:
         return list(csv.DictReader(f))
 
 
+@pytest.mark.timeout(900)  # two gradings of the class (100 s on a busy 2-core machine), the cluster's start included
 def test_a_class_graded_in_two_shards_merges_into_what_one_node_gives(slurm, tmp_path):
     submissions = _class(tmp_path)
     single, sharded = str(tmp_path / "single"), str(tmp_path / "sharded")
