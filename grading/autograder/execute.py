@@ -5,12 +5,17 @@ segfault, the out-of-memory killer): nothing is graded, not even the parts that 
 the cell that was running and every later code cell get an error output instead, so the
 parts before still count and the rest score zero.
 
+A cell whose output is still arriving when its reply has come (a big print on a busy machine) keeps
+what arrived within ``IOPUB_DRAIN_S`` and the notebook goes on; nbgrader's own Execute fails the
+whole submission 4 s after the reply.
+
 Every cell's outputs are kept within ``output_bounds`` (a cell that prints megabytes keeps the first
 ``MAX_CELL_CHARS`` and a line saying what was cut), while it runs and after.
 """
 from __future__ import annotations
 
 from nbclient.exceptions import DeadKernelError
+from traitlets import Bool, Integer
 from nbformat.v4 import new_output
 from nbgrader.preprocessors import Execute
 
@@ -18,6 +23,8 @@ from grading.autograder.output_bounds import (CUT_MARK, MAX_CELL_CHARS, MAX_JSON
                                               json_depth, output_chars)
 
 KERNEL_DIED = "KernelDied"
+#: Seconds a cell's output may go on arriving after the kernel's reply before the next cell runs.
+IOPUB_DRAIN_S = 30
 NOT_RUN = "not run"
 
 
@@ -27,6 +34,10 @@ def _error_output(message: str):
 
 class ResilientExecute(Execute):
     """Execute every cell; after the kernel dies, mark the remaining code cells as failed."""
+
+    iopub_timeout = Integer(IOPUB_DRAIN_S, help="seconds a cell's output may arrive after its reply").tag(config=True)
+    raise_on_iopub_timeout = Bool(False, help="fail the submission when a cell's output arrives later "
+                                              "than iopub_timeout (False: keep what came)").tag(config=True)
 
     def preprocess(self, nb, resources=None, km=None):
         self._died_in_cell = None
