@@ -2,8 +2,9 @@
 the untouched release, every fixture of tests/fixtures/lab01 (wrong implementations, a cheat,
 a tampered notebook, a hung rank, a dead kernel) and every red-team attack of
 tests/fixtures/attacks (each scores what an empty part scores, changes nobody else's grade,
-leaves no process and is named in the report); a kernel that loops forever, with a short cell
-timeout; then plain `nbgrader autograde` on the solution."""
+leaves no process and is named in the report), output bombs and files that are no notebook, all in
+one class; a kernel that loops forever, with a short cell timeout; then plain `nbgrader autograde`
+on the solution."""
 from __future__ import annotations
 
 import csv
@@ -25,6 +26,9 @@ from grading.autograder.fixtures import apply_fixture, parse_fixture, student_so
 
 LAB = "lab01_tensor_parallel"
 FIXTURES_DIR = os.path.join(REPO, "tests", "fixtures", "lab01")
+#: Seconds a test of this file may take, its class's grading included: the class's `course grade` is
+#: given 900 s, and took 270 s on a 2-core machine with the suite's other worker and one more busy process.
+pytestmark = pytest.mark.timeout(1200)
 #: GiB per grading process: the memory hog's 4 judge ranks fill it within the 10 s rank timeout.
 MEMORY_LIMIT_GIB = 1.5
 ATTACKS_DIR = os.path.join(REPO, "tests", "fixtures", "attacks")
@@ -89,9 +93,51 @@ def _processes_inside(folder: str) -> list:
     return found
 
 
+#: A submission whose cells print bombs after Part 1: an 8 MB line, 50 MB in 1 MiB writes, a display
+#: of JSON nested 600 levels deep. Every part still runs and scores; the outputs are cut.
+OUTPUT_BOMBS = parse_fixture("output_bombs", """# %% insert: f
+import sys
+
+print("x" * (8 * 2**20))
+for _ in range(50):
+    sys.stdout.write("y" * 2**20)
+_deep = "bottom"
+for _ in range(600):
+    _deep = {"down": _deep}
+display({"application/json": _deep}, raw=True)
+""")
+#: Handed-in files that are no gradable notebook: {student: file text}.
+NOT_NOTEBOOKS = {
+    "not_json": "print('a script, not a notebook')\n",
+    "truncated": None,  # the solution cut half-way
+    "schema_invalid": json.dumps({"nbformat": 4, "nbformat_minor": 5, "metadata": {},
+                                  "cells": [{"cell_type": "code", "source": 3, "metadata": {}}]}),
+    "many_cells": json.dumps({"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": [
+        {"cell_type": "markdown", "id": f"c{i}", "metadata": {}, "source": "x"} for i in range(10**5)]}),
+}
+#: Students of the class whose hand-in no one can grade (each scores zero, with a line).
+REFUSED = (*NOT_NOTEBOOKS, "unreadable")
+
+
+def _write_bad_hand_ins(submissions, solution) -> None:
+    """Into the class: output bombs, 50 MiB of outputs handed in, and ``REFUSED``'s files."""
+    _write(submissions, "output_bombs", apply_fixture(solution, OUTPUT_BOMBS))
+    with_outputs = nbformat.from_dict(json.loads(nbformat.writes(solution)))
+    [cell for cell in with_outputs.cells if cell.cell_type == "code"][-1].outputs = [
+        nbformat.v4.new_output("stream", name="stdout", text="o" * (50 * 2**20))]
+    _write(submissions, "outputs_handed_in", with_outputs)
+    for student, text in NOT_NOTEBOOKS.items():
+        (submissions / student).mkdir()
+        full = nbformat.writes(solution)
+        (submissions / student / f"{LAB}.ipynb").write_text(full[:len(full) // 2] if text is None else text)
+    (submissions / "unreadable").mkdir()
+    os.symlink("/no/such/notebook", submissions / "unreadable" / f"{LAB}.ipynb")
+
+
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
-    """One `course grade` run over every kind of submission; its report, output and folders."""
+    """One `course grade` run over every kind of submission (bad hand-ins and output bombs too); its
+    report, output and folders."""
     work = tmp_path_factory.mktemp("class")
     solution, release = _notebooks()
     submissions = work / "submissions"
@@ -101,6 +147,7 @@ def graded(tmp_path_factory):
         _write(submissions, name, apply_fixture(solution, fixture))
     for student in RED_TEAM:
         _write(submissions, student, *_red_team_notebook(solution, student))
+    _write_bad_hand_ins(submissions, solution)
     course = str(work / "course")
     started = time.monotonic()
     done, report = _grade_class(submissions, course, 2, 120, 900, "--memory-limit", str(MEMORY_LIMIT_GIB))
@@ -136,8 +183,9 @@ def _gradebook_scores(course: str) -> dict:
 
 
 def test_every_submission_is_graded_and_nothing_is_left_running(graded):
-    assert set(graded["submissions"]) == {"solution", "untouched", *FIXTURES, *RED_TEAM}
-    assert all(set(parts) == set(POINTS) for parts in graded["parts"].values())
+    assert set(graded["submissions"]) == {"solution", "untouched", *FIXTURES, *RED_TEAM, "output_bombs",
+                                          "outputs_handed_in", *REFUSED}
+    assert all(set(parts) == set(POINTS) for student, parts in graded["parts"].items() if student not in REFUSED)
     assert _processes_inside(graded["course"]) == []
     total = len(graded["submissions"])
     assert f"{total}/{total}" in graded["stderr"]  # the progress bar reached the end
@@ -210,7 +258,7 @@ def test_a_dead_kernel_keeps_the_parts_before_it(graded):
 
 def test_feedback_never_shows_hidden_tests_but_says_what_failed(graded):
     feedback = os.path.join(graded["course"], "feedback")
-    for student in graded["submissions"]:
+    for student in set(graded["submissions"]) - set(REFUSED):
         with open(os.path.join(feedback, student, LAB, f"{LAB}.html")) as f:
             page = html.unescape(f.read())
         handed_in = nbformat.read(os.path.join(graded["course"], "submitted", student, LAB, f"{LAB}.ipynb"), as_version=4)
@@ -356,59 +404,19 @@ def test_each_attack_hits_its_wall(graded, student, cell, wall):
     assert any(wall in line for line in lines), lines
 
 
-#: A submission whose cells print bombs after Part 1: an 8 MB line, 50 MB in 1 MiB writes, a display
-#: of JSON nested 600 levels deep. Every part still runs and scores; the outputs are cut.
-OUTPUT_BOMBS = parse_fixture("output_bombs", """# %% insert: f
-import sys
-
-print("x" * (8 * 2**20))
-for _ in range(50):
-    sys.stdout.write("y" * 2**20)
-_deep = "bottom"
-for _ in range(600):
-    _deep = {"down": _deep}
-display({"application/json": _deep}, raw=True)
-""")
-#: Handed-in files that are no gradable notebook: {student: file text}.
-NOT_NOTEBOOKS = {
-    "not_json": "print('a script, not a notebook')\n",
-    "truncated": None,  # the solution cut half-way
-    "schema_invalid": json.dumps({"nbformat": 4, "nbformat_minor": 5, "metadata": {},
-                                  "cells": [{"cell_type": "code", "source": 3, "metadata": {}}]}),
-    "many_cells": json.dumps({"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": [
-        {"cell_type": "markdown", "id": f"c{i}", "metadata": {}, "source": "x"} for i in range(10**5)]}),
-}
-
-
-def test_bad_notebooks_and_output_bombs_cost_only_their_owners(tmp_path):
-    solution, _ = _notebooks()
-    submissions = tmp_path / "submissions"
-    _write(submissions, "solution", solution)
-    _write(submissions, "output_bombs", apply_fixture(solution, OUTPUT_BOMBS))
-    with_outputs = nbformat.from_dict(json.loads(nbformat.writes(solution)))
-    [cell for cell in with_outputs.cells if cell.cell_type == "code"][-1].outputs = [nbformat.v4.new_output("stream", name="stdout", text="o" * (50 * 2**20))]
-    _write(submissions, "outputs_handed_in", with_outputs)
-    for student, text in NOT_NOTEBOOKS.items():
-        (submissions / student).mkdir()
-        full = nbformat.writes(solution)
-        (submissions / student / f"{LAB}.ipynb").write_text(full[:len(full) // 2] if text is None else text)
-    (submissions / "unreadable").mkdir()
-    os.symlink("/no/such/notebook", submissions / "unreadable" / f"{LAB}.ipynb")
-    course = str(tmp_path / "course")
-    _, graded_report = _grade_class(submissions, course, 2, 120, 900)
-    report = {s["student"]: s for s in graded_report["submissions"]}
-    scores = _gradebook_scores(course)
+def test_bad_hand_ins_and_output_bombs_cost_only_their_owners(graded):
+    report, scores = graded["submissions"], _gradebook_scores(graded["course"])
     assert scores["solution"] == scores["output_bombs"] == scores["outputs_handed_in"] == POINTS
     assert any("output cut by the grader" in item for item in report["output_bombs"]["attention"])
     assert any("50.0 MiB of outputs: dropped" in item for item in report["outputs_handed_in"]["attention"])
-    with open(os.path.join(course, "grades.csv")) as f:
+    with open(os.path.join(graded["course"], "grades.csv")) as f:
         rows = {row["student_id"]: float(row["score"]) for row in csv.DictReader(f)}
-    refused = [*NOT_NOTEBOOKS, "unreadable"]
-    assert rows == {"solution": 16, "output_bombs": 16, "outputs_handed_in": 16, **{s: 0.0 for s in refused}}
-    for student in refused:
+    assert {s: rows[s] for s in ("solution", "output_bombs", "outputs_handed_in", *REFUSED)} == {
+        "solution": 16, "output_bombs": 16, "outputs_handed_in": 16, **{s: 0.0 for s in REFUSED}}
+    for student in REFUSED:
         assert report[student]["points"] == 0 and "not graded (scores zero)" in report[student]["failure"]
     for student in rows:
-        page = os.path.join(course, "feedback", student, LAB, f"{LAB}.html")
+        page = os.path.join(graded["course"], "feedback", student, LAB, f"{LAB}.html")
         with open(page) as f:  # the outputs, without the MathJax the page carries inline (about 2 MB)
             shown = re.sub(r"<script>.*?</script>", "", f.read(), flags=re.S)
         assert len(shown.encode()) < 2 * 2**20, student
