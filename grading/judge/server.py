@@ -12,7 +12,8 @@ to the reply channel, which is a private copy of the original stdout.
 --stdio: requests on stdin, one reply each on stdout; the process ends with stdin.
 --service: ``course grade`` drives it on stdin/stdout with JSON control frames:
     {"cmd": "begin", "submission": ID, "socket": PATH}  -> {"ok": true}; kernels may now
-        connect to PATH (one request per connection), their verdicts are kept for ID;
+        connect to PATH (one request per connection), their verdicts are kept for ID; a fresh rank
+        template for ID starts importing torch meanwhile;
     {"cmd": "end"}  -> {"submission": ID, "verdicts": [...]}; PATH is removed.
 The kernels' replies are only what they print; ``course grade`` scores from the kept
 verdicts, so a notebook that fakes a pass is caught.
@@ -109,6 +110,7 @@ class _Service:
             self.listener.bind(self.socket_path)
             self.listener.listen(8)
             self.selector.register(self.listener, selectors.EVENT_READ, "listener")
+            _start_fresh_template()
             write_message(self.reply, {"ok": True})
         elif command == "end":
             self._close_listener()
@@ -174,6 +176,17 @@ def serve_service(reply, options, log) -> None:
                     service.serve_connection(conn)
 
 
+def _start_fresh_template() -> None:
+    """Start the rank template and return at once: it imports torch while this process loads the labs
+    (at the judge's start) or while ``course grade`` starts the kernel of the submission that begins
+    now (``begin``), so the first hidden test does not wait for that import. Fresh for every
+    submission: ``end`` stopped the last one's template, and its folders were emptied before this
+    ``begin`` (``JudgeService.end``). Nothing when one is running."""
+    from labutils.ranks import _starters
+
+    _starters.prestart()
+
+
 def _warm_up(options) -> None:
     """Start labutils' rank template now, so the first request pays no torch import."""
     import labutils
@@ -227,6 +240,7 @@ def main(argv=None) -> int:
     if options.sandbox_dir:
         sandbox_ranks(options.sandbox_dir, options.backend, options.memory_limit, options.cgroup_procs)
     reply, log = _detach_output(options.log)
+    _start_fresh_template()  # after the output is detached: the template must not hold the reply channel
     from grading.judge import engine
 
     for lab in engine.available_labs():  # the specs and the reference, before any request
