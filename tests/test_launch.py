@@ -39,7 +39,7 @@ def _notebook_style(source: str, name: str):
 
 def assert_no_rank_left():
     """After a failure the pool has killed its ranks: none may linger until the next call."""
-    left = wait_until_gone(rank_processes(labutils_processes_under(os.getpid())), timeout_s=1.0)
+    left = wait_until_gone(rank_processes(labutils_processes_under(os.getpid())), timeout_s=5.0)
     assert not left, f"ranks left after the failure:\n{describe(left)}"
 
 
@@ -396,7 +396,8 @@ def interrupt_raises():
 
 
 @pytest.mark.usefixtures("interrupt_raises")
-def test_interrupt_stops_every_rank_within_3_seconds():
+def test_interrupt_stops_every_rank_politely_then_by_force():
+    """Ctrl-C: the ranks get 2 s to stop, then are killed; the bound allows a busy machine 8 s more."""
     with labutils.Pool(2) as pool:
         pids = pool.run(os.getpid)
         timer = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT))
@@ -404,7 +405,7 @@ def test_interrupt_stops_every_rank_within_3_seconds():
         start = time.monotonic()
         with pytest.raises(KeyboardInterrupt, match="labutils stopped all 2 ranks"):
             pool.run(time.sleep, 30)
-        assert not wait_until_gone(pids, timeout_s=3.0 - (time.monotonic() - start))
+        assert not wait_until_gone(pids, timeout_s=10.0 - (time.monotonic() - start))
         assert len(pool.run(os.getpid)) == 2
 
 
@@ -416,7 +417,7 @@ def test_interrupt_while_the_first_launch_starts_leaves_nothing_behind():
     with pytest.raises(KeyboardInterrupt):
         labutils.launch(dist.get_rank, 2)
     timer.join()
-    assert not wait_until_gone(descendants(), timeout_s=1.0)
+    assert not wait_until_gone(descendants(), timeout_s=10.0)  # gone at once on an idle machine
     assert labutils.launch(dist.get_rank, 2) == [0, 1]
 
 
