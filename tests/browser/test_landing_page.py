@@ -21,8 +21,9 @@ from lab_server import LabServer
 
 LANDING = NOTEBOOKS / "00_start_here.ipynb"
 LINK = re.compile(r"\[([^\]]+)\]\(([^)\s]+)\)")
-#: Seconds Run All may take on the landing page once its kernel is up (it only counts GPUs).
-RUN_ALL_LIMIT_S = 10
+#: Seconds Run All may take on the landing page once its kernel is up (it counts GPUs and starts two
+#: ranks): generous, for a busy machine; the time taken is printed.
+RUN_ALL_LIMIT_S = 30
 
 
 def _chapters() -> list[Path]:
@@ -85,6 +86,7 @@ def test_landing_page_runs_and_opens_the_first_chapter(page, lab_server, workspa
     lab.run_all()
     lab.wait_until_run_finished(timeout_s=60)
     elapsed = time.monotonic() - started
+    print(f"landing page: Run All took {elapsed:.1f} s")
     assert lab.cells_with_errors() == []
     assert re.search(r"GPUs visible: \d+\n\d+ ranks: ", lab.panel.inner_text())
     assert elapsed < RUN_ALL_LIMIT_S, f"the landing page took {elapsed:.1f} s to run"
