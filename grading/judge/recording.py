@@ -4,8 +4,9 @@ The judge's ranks (the reference's and the submission's) run their process group
 backend ``judged``: a Python ``dist.ProcessGroup`` that wraps the rank's real backend (gloo, or
 NCCL on GPUs) and notes every operation it is asked for, with the bytes this rank hands it,
 before passing it on. ``dist.all_reduce``, ``distributed_c10d.all_reduce``, ``group.allreduce``
-on the group object, the autograd collectives of ``torch.distributed.nn``, object collectives
-and every group created with ``dist.new_group`` all end here; an operation the wrapper does not
+on the group object, the autograd collectives of ``torch.distributed.nn``, object collectives,
+every group created with ``dist.new_group`` (a ``DeviceMesh``'s too) and the functional
+collectives of DTensor and FSDP2 (``torch.ops._c10d_functional``) all end here; an operation the wrapper does not
 know fails (no backend is registered behind it), it is never passed on unrecorded.
 
 Names are canonical, so equivalent calls count alike: ``all_gather`` (``all_gather``,
@@ -87,6 +88,14 @@ class RecordingProcessGroup(dist.ProcessGroup):
 
     def getBackendName(self) -> str:
         return BACKEND_NAME
+
+    # torch names each group it makes (``_set_group_name``) and finds it by that name again:
+    # DeviceMesh, DTensor's collectives and FSDP2 (``torch.distributed._functional_collectives``).
+    def setGroupName(self, name: str) -> None:
+        self._group_name = name
+
+    def getGroupName(self) -> str:
+        return self._group_name
 
     def _note(self, op: str, nbytes: int, peer: int | None = None) -> None:
         peer_global = self._global_ranks[peer] if peer is not None and 0 <= peer < len(self._global_ranks) else None
@@ -244,6 +253,62 @@ def batch_isend_irecv(p2p_op_list):
 _torch_batch_isend_irecv = distributed_c10d.batch_isend_irecv
 
 
+# ----- torch's functional collectives ---------------------------------------------------------
+# DTensor's redistributions and DeviceMesh collectives call ``torch.ops._c10d_functional``, whose C++
+# kernels reach a group's all-gather and reduce-scatter below the methods a Python process group can
+# override (they ask the group for a backend: a recording group has none, and the call would fail).
+# On the judge's ranks these ops run through the recording group's own methods instead, so they are
+# recorded like any other call (all-reduce, all-to-all and broadcast already arrive there).
+
+_REDUCE_OPS = {"sum": dist.ReduceOp.SUM, "avg": dist.ReduceOp.AVG, "max": dist.ReduceOp.MAX,
+               "min": dist.ReduceOp.MIN, "product": dist.ReduceOp.PRODUCT}
+_functional_library = None
+
+
+def _group_named(name) -> dist.ProcessGroup:
+    return distributed_c10d._resolve_process_group(name)
+
+
+def _gathered(tensor: torch.Tensor, group_size: int, group_name, out: torch.Tensor | None = None) -> torch.Tensor:
+    tensor = tensor.contiguous()
+    if out is None:
+        out = tensor.new_empty((tensor.shape[0] * group_size, *tensor.shape[1:]))
+    _group_named(group_name).all_gather_single(out, tensor).wait()
+    return out
+
+
+def _scattered(tensor: torch.Tensor, reduce_op: str, group_size: int, group_name) -> torch.Tensor:
+    tensor = tensor.contiguous()
+    out = tensor.new_empty((tensor.shape[0] // group_size, *tensor.shape[1:]))
+    options = dist.ReduceScatterOptions()
+    options.reduceOp = _REDUCE_OPS[reduce_op.lower()]
+    _group_named(group_name).reduce_scatter_single(out, tensor, options).wait()
+    return out
+
+
+def _functional_kernels() -> dict:
+    """{op name: kernel} of the functional all-gathers and reduce-scatters, run through the group."""
+    return {
+        "all_gather_into_tensor": _gathered,
+        "all_gather_into_tensor_out": lambda tensor, group_size, group_name, *, out: _gathered(
+            tensor, group_size, group_name, out),
+        "all_gather_into_tensor_coalesced": lambda tensors, group_size, group_name: [
+            _gathered(t, group_size, group_name) for t in tensors],
+        "reduce_scatter_tensor": _scattered,
+        "reduce_scatter_tensor_coalesced": lambda tensors, reduce_op, group_size, group_name: [
+            _scattered(t, reduce_op, group_size, group_name) for t in tensors],
+    }
+
+
+def _route_functional_collectives(kind: str) -> None:
+    global _functional_library
+    if _functional_library is not None:
+        return
+    _functional_library = torch.library.Library("_c10d_functional", "IMPL")
+    for name, kernel in _functional_kernels().items():
+        _functional_library.impl(name, kernel, "CUDA" if kind == "nccl" else "CPU")
+
+
 def _init_options(kind: str) -> dict:
     """What ``init_process_group`` is told beside the store: on NCCL the rank's device
     (``device_id``), so that the world's communicator is made at once, every group split from it,
@@ -272,3 +337,4 @@ def install() -> None:
     if "device_id" in options:  # torch bound it to a group it then replaced with ours
         distributed_c10d._get_default_group().bound_device_id = options["device_id"]
     dist.batch_isend_irecv = distributed_c10d.batch_isend_irecv = batch_isend_irecv
+    _route_functional_collectives(kind)
