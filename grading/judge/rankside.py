@@ -118,6 +118,10 @@ class CaseRun:
         """The case's tensor ``name`` on this rank's device (a fresh copy)."""
         return self._data[name].to(self.device).clone()
 
+    def tensors(self, name: str) -> dict:
+        """The case's dict of tensors ``name`` (a model's state) on this rank's device (fresh copies)."""
+        return {key: value.to(self.device).clone() for key, value in self._data[name].items()}
+
     def leaf(self, name: str, shard_last_dim: bool = False) -> torch.Tensor:
         """Like ``tensor`` (or this rank's slice of its last dimension), requiring grad so that
         its gradient can be read after backward."""

@@ -1,0 +1,272 @@
+"""Hidden tests of lab 7 (PyTorch's APIs): the 2D DeviceMesh, the tensor and sequence parallel plan, TP + FSDP2.
+
+Every test runs on 4 ranks with ``labutils.kernels.transformer.TinyTransformer`` (vocabulary 32,
+width 16, 4 heads, feed-forward 32, 2 blocks) on batches of 2 sequences of 8 tokens. Expected results
+are the same model in one process, in float64: the logits, the loss and every parameter's gradient
+(the mean loss over the data-parallel ranks' batches, as FSDP averages), and for the training test
+the parameters after two SGD steps with momentum. Beside the numbers the judge compares each
+parameter's placements (what it is sharded on, per mesh dimension: a parameter left a plain tensor
+is named) and, at each rank's process group, the collectives of a forward and a backward pass and
+their bytes with the reference plan's. Later parts run with the reference for the earlier ones.
+"""
+from __future__ import annotations
+
+import copy
+
+import torch
+
+from labutils.kernels.transformer import TinyTransformer, TransformerConfig, next_token_loss
+
+from grading.judge.engine import Case, TestSpec, group_layout
+from grading.judge.rankside import SubmissionProblem
+from grading.reference import pytorch_apis as apis
+
+WORLD_SIZE = 4
+CONFIG = TransformerConfig()
+BATCH, SEQ = 2, 8
+LEARNING_RATE, MOMENTUM, STEPS = 0.1, 0.9, 2
+#: What a parameter is on one mesh dimension, as a number: sharded on dim d (Shard, _StridedShard) d,
+#: Replicate -1, Partial -2; a parameter that is no DTensor is [-3].
+REPLICATE, PARTIAL, NOT_A_DTENSOR = -1.0, -2.0, -3.0
+#: The tensor-parallel placement of every parameter of the reference plan, by name (after the layer's prefix).
+TP_PLACEMENT = {"tok_embeddings.weight": 0, "norm.weight": REPLICATE, "norm.bias": REPLICATE, "output.weight": 0,
+                "attention_norm.weight": REPLICATE, "attention_norm.bias": REPLICATE,
+                "ffn_norm.weight": REPLICATE, "ffn_norm.bias": REPLICATE,
+                "attention.wq.weight": 0, "attention.wk.weight": 0, "attention.wv.weight": 0,
+                "attention.wo.weight": 1, "feed_forward.w1.weight": 0, "feed_forward.w2.weight": 1}
+
+REFERENCE = {
+    "build_mesh": apis.build_mesh,
+    "apply_tensor_parallel": apis.apply_tensor_parallel,
+    "parallelize": apis.parallelize,
+}
+
+
+def _float(values) -> torch.Tensor:
+    return torch.as_tensor(values, dtype=torch.float64).reshape(-1)
+
+
+def _tp_placement(name: str) -> float:
+    return float(TP_PLACEMENT[name.split(".", 2)[2] if name.startswith("layers.") else name])
+
+
+# ----- what runs on the ranks ---------------------------------------------------------------------------
+
+def _placement_codes(parameter) -> torch.Tensor:
+    """One number per mesh dimension of ``parameter`` (a DTensor), or [NOT_A_DTENSOR]."""
+    placements = getattr(parameter, "placements", None)
+    if placements is None:
+        return _float([NOT_A_DTENSOR])
+    # Shard(d), and FSDP's _StridedShard(d) over a dimension tensor parallelism already split, have a dim
+    return _float([float(p.dim) if isinstance(getattr(p, "dim", None), int) else PARTIAL if p.is_partial()
+                   else REPLICATE for p in placements])
+
+
+def _full(tensor):
+    """A DTensor's whole value (gathered outside any recorded phase), or the tensor itself."""
+    import logging
+
+    if not hasattr(tensor, "full_tensor"):
+        return tensor
+    # gathering a 2D-sharded tensor takes one all-gather per mesh dimension, which DTensor warns about
+    logging.getLogger("torch.distributed.tensor._redistribute").setLevel(logging.ERROR)
+    return tensor.full_tensor()
+
+
+def _plain_logits(logits):
+    if not isinstance(logits, torch.Tensor):
+        raise SubmissionProblem(f"the model returned {type(logits).__name__}, expected the logits as a tensor")
+    if hasattr(logits, "placements"):
+        raise SubmissionProblem("the model returned a DTensor: the output layer's plan should hand back the whole "
+                                "logits as a plain tensor (output_layouts=Replicate(), use_local_output=True)")
+    return logits
+
+
+def _model(run, mesh_shape) -> tuple:
+    """The case's model with the test's weights on every rank, and the (dp, tp) mesh it runs on."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    model = TinyTransformer(CONFIG).to(run.device)
+    model.load_state_dict(run.tensors("state"))
+    mesh = init_device_mesh(run.device.type, mesh_shape, mesh_dim_names=("dp", "tp"))
+    return model, mesh
+
+
+def _pass(run, model, tokens, targets, label: str = "") -> tuple:
+    with run.phase(f"forward{label}"):
+        logits = _plain_logits(model(tokens))
+        loss = next_token_loss(logits, targets)
+    with run.phase(f"backward{label}"):
+        loss.backward()
+    return logits, loss
+
+
+def _placements_label(name: str) -> str:
+    return f"placements of {name} (per mesh dimension, d: sharded on dim d, -1: Replicate, -3: a plain tensor)"
+
+
+def _placements(model) -> dict:
+    return {_placements_label(name): _placement_codes(p) for name, p in model.named_parameters()}
+
+
+def _result(run, out, values: dict, grads: dict) -> dict:
+    return {"out": out.detach().cpu().to(torch.float64), "grads": grads, "values": values,
+            "comm": run.comm, "comm_bytes": run.comm_bytes}
+
+
+# ----- Part 1: the mesh -------------------------------------------------------------------------------
+
+MESH_SHAPES = ((2, 2), (1, 4), (4, 1))
+
+
+def _mesh_cases(generator):
+    del generator  # a mesh has no data
+    return [Case(f"build_mesh({dp}, {tp}): dp={dp} x tp={tp} on {WORLD_SIZE} ranks", WORLD_SIZE,
+                 {"dp": dp, "tp": tp}, [{}]) for dp, tp in MESH_SHAPES]
+
+
+def _mesh_expected(case, data):
+    del data
+    dp, tp = case.params["dp"], case.params["tp"]
+    expected = []
+    for rank in range(WORLD_SIZE):
+        tp_group = [rank // tp * tp + i for i in range(tp)]
+        dp_group = [rank % tp + i * tp for i in range(dp)]
+        expected.append({"grads": {}, "values": {"mesh shape": _float([dp, tp]),
+                                                 "ranks of this rank's tp group": _float(tp_group),
+                                                 "ranks of this rank's dp group": _float(dp_group)}})
+    return expected
+
+
+def _mesh_run(objects, case, run):
+    import torch.distributed as dist
+
+    mesh = objects["build_mesh"](case.params["dp"], case.params["tp"])
+    names = getattr(mesh, "mesh_dim_names", None)
+    if names is None or tuple(names) != ("dp", "tp"):
+        raise SubmissionProblem(f"the mesh's dimensions are named {names}, expected ('dp', 'tp')")
+    if mesh.device_type != run.device.type:
+        raise SubmissionProblem(f"the mesh is on {mesh.device_type!r}, the ranks compute on {run.device.type!r}")
+    groups = {dim: sorted(dist.get_process_group_ranks(mesh[dim].get_group())) for dim in ("tp", "dp")}
+    return {"grads": {}, "values": {"mesh shape": _float(list(mesh.shape)),
+                                    "ranks of this rank's tp group": _float(groups["tp"]),
+                                    "ranks of this rank's dp group": _float(groups["dp"])},
+            "comm": run.comm, "comm_bytes": run.comm_bytes}
+
+
+# ----- the data of the model tests ------------------------------------------------------------------
+
+def _model_data(generator, sequences: int) -> dict:
+    torch.manual_seed(int(torch.randint(0, 2**31 - 1, (1,), generator=generator)))
+    state = {name: value.clone() for name, value in TinyTransformer(CONFIG).state_dict().items()}
+    return {"state": state,
+            "tokens": torch.randint(0, CONFIG.vocab, (sequences, SEQ), generator=generator),
+            "targets": torch.randint(0, CONFIG.vocab, (sequences, SEQ), generator=generator)}
+
+
+def _dense_model(state: dict) -> TinyTransformer:
+    model = TinyTransformer(CONFIG).to(torch.float64)
+    model.load_state_dict({name: value.to(torch.float64) for name, value in state.items()})
+    return model
+
+
+# ----- Part 2: tensor and sequence parallelism ------------------------------------------------------
+
+def _tp_cases(generator):
+    return [Case(f"apply_tensor_parallel, a batch of {BATCH} x {SEQ} tokens per tp group, "
+                 f"{group_layout(f'tp_size={tp}', tp, WORLD_SIZE)}", tp, {"tp": tp},
+                 [_model_data(generator, BATCH) for _ in range(WORLD_SIZE // tp)])
+            for tp in (4, 2)]
+
+
+def _tp_expected(case, data):
+    model = _dense_model(data["state"])
+    logits = model(data["tokens"])
+    loss = next_token_loss(logits, data["targets"])
+    loss.backward()
+    values = {"loss": loss.detach().reshape(1)}
+    values.update({_placements_label(name): _float([_tp_placement(name)]) for name, _ in model.named_parameters()})
+    grads = {name: p.grad for name, p in model.named_parameters()}
+    return [{"out": logits.detach(), "grads": grads, "values": values} for _ in range(case.group_size)]
+
+
+def _tp_run(objects, case, run):
+    tp = case.params["tp"]
+    model, mesh = _model(run, (WORLD_SIZE // tp, tp))
+    objects["apply_tensor_parallel"](model, mesh["tp"])
+    logits, loss = _pass(run, model, run.tensor("tokens"), run.tensor("targets"))
+    grads = {name: _full(p.grad).detach().cpu().to(torch.float64) for name, p in model.named_parameters()
+             if p.grad is not None}
+    values = {"loss": loss.detach().cpu().to(torch.float64).reshape(1), **_placements(model)}
+    return _result(run, logits, values, grads)
+
+
+# ----- Part 3: tensor parallelism, then FSDP2 over the other dimension, trained -----------------------
+
+def _fsdp_cases(generator):
+    return [Case(f"parallelize, dp={dp} x tp={tp}, {STEPS} SGD steps (momentum {MOMENTUM}) on a batch of "
+                 f"{BATCH} x {SEQ} tokens per dp rank", WORLD_SIZE, {"dp": dp, "tp": tp},
+                 [_model_data(generator, BATCH * dp)])
+            for dp, tp in ((2, 2), (4, 1))]
+
+
+def _fsdp_rank_data(case, data, rank):
+    """This rank's batch (its dp rank's sequences) and the initial weights."""
+    dp_rank = rank // case.params["tp"]
+    rows = slice(dp_rank * BATCH, (dp_rank + 1) * BATCH)
+    return {"state": data["state"], "tokens": data["tokens"][rows], "targets": data["targets"][rows]}
+
+
+def _fsdp_expected(case, data):
+    del case  # every rank ends with the same model
+    model = _dense_model(data["state"])
+    optimizer = torch.optim.SGD(model.parameters(), lr=LEARNING_RATE, momentum=MOMENTUM)
+    losses = []
+    for _ in range(STEPS + 1):  # the last pass only measures the loss
+        loss = next_token_loss(model(data["tokens"]), data["targets"])  # = the mean of the dp ranks' losses
+        losses.append(loss.item())
+        optimizer.zero_grad()
+        loss.backward()
+        if len(losses) <= STEPS:
+            optimizer.step()
+    values = {_placements_label(name): _float([0.0, _tp_placement(name)]) for name, _ in model.named_parameters()}
+    values.update({f"{name} after {STEPS} steps": p.detach() for name, p in model.named_parameters()})
+    values["loss of each step (mean over the dp ranks)"] = _float(losses)
+    return [{"grads": {}, "values": values} for _ in range(WORLD_SIZE)]
+
+
+def _fsdp_run(objects, case, run):
+    import torch.distributed as dist
+
+    model, mesh = _model(run, (case.params["dp"], case.params["tp"]))
+    model = objects["parallelize"](model, mesh)
+    if not isinstance(model, torch.nn.Module):
+        raise SubmissionProblem(f"parallelize returned {type(model).__name__}, expected the model")
+    optimizer = torch.optim.SGD(model.parameters(), lr=LEARNING_RATE, momentum=MOMENTUM)
+    tokens, targets, losses = run.tensor("tokens"), run.tensor("targets"), []
+    for step in range(STEPS + 1):
+        optimizer.zero_grad()
+        _, loss = _pass(run, model, tokens, targets, "" if step == 0 else f" of step {step + 1}")
+        losses.append(loss.detach().reshape(1))
+        if step < STEPS:
+            with run.phase(f"optimizer step {step + 1}"):
+                optimizer.step()
+    mean = torch.cat(losses)
+    dist.all_reduce(mean)  # the judge's own, after every recorded phase
+    values = {**_placements(model), "loss of each step (mean over the dp ranks)":
+              (mean / dist.get_world_size()).cpu().to(torch.float64)}
+    values.update({f"{name} after {STEPS} steps": _full(p).detach().cpu().to(torch.float64)
+                   for name, p in model.named_parameters()})
+    return {"grads": {}, "values": values, "comm": run.comm, "comm_bytes": run.comm_bytes}
+
+
+#: grade_id of the hidden-test cell -> its test.
+TESTS = {
+    "test_mesh": TestSpec("Part 1: build_mesh", ("build_mesh",), (), _mesh_cases, _mesh_expected, _mesh_run,
+                          WORLD_SIZE),
+    "test_tensor_parallel": TestSpec("Part 2: apply_tensor_parallel", ("apply_tensor_parallel",), (),
+                                     _tp_cases, _tp_expected, _tp_run, WORLD_SIZE),
+    "test_parallelize": TestSpec("Part 3: parallelize (TP, then FSDP2), trained", ("parallelize",),
+                                 ("apply_tensor_parallel",), _fsdp_cases, _fsdp_expected, _fsdp_run, WORLD_SIZE,
+                                 rank_data=_fsdp_rank_data),
+}
