@@ -4,17 +4,24 @@ FSDP2 over the other mesh dimension, FSDP's all-gathers and reduce-scatters on t
 judge's process groups although DTensor issues them through torch's functional collectives; through
 real nbgrader (``grading.autograder.runner.grade_class``, what ``course grade`` runs) the solution
 scores full marks, the release zero, and the fixtures of the classic mistakes (a partial sum never
-reduced, FSDP applied before tensor parallelism) lose exactly the parts they name; the other fixtures
-in tests/fixtures/lab07 are held to the same through the judge alone (no kernel)."""
+reduced, FSDP applied before tensor parallelism, a checkpoint saved from a single rank) lose exactly
+the parts they name; the other fixtures in tests/fixtures/lab07 are held to the same through the judge
+alone (no kernel). The checkpoint test saves on 4 ranks and loads on 2 of another launch, which receive
+the files alone (``grading.judge.handoff``)."""
 from __future__ import annotations
 
 import pytest
+import torch
 
 from graded_lab import GradedLab, judge_only_fixture_test
 
+from grading.judge import handoff
+from grading.judge.lab07_pytorch_apis import SHARED_WRITING
+
 LAB = GradedLab("lab07_pytorch_apis", rank_timeout_s=30.0)
 #: The fixtures graded through nbgrader; the others go through the judge only.
-NBGRADER_FIXTURES = ("missing_partial_reduction", "fsdp_applied_before_tensor_parallelism")
+NBGRADER_FIXTURES = ("missing_partial_reduction", "fsdp_applied_before_tensor_parallelism",
+                     "checkpoint_saved_from_a_single_rank")
 pytestmark = pytest.mark.usefixtures("no_leftover_processes")
 
 #: Collectives of one forward and one backward pass of the 2-block model with the reference plan.
@@ -55,6 +62,23 @@ def test_fsdp_over_the_tensor_parallel_model_adds_its_own_collectives_and_the_so
                 assert comm["backward"]["all_reduce"] == 10, case.name  # weight and bias of 5 norms
 
 
+def test_the_checkpoint_saved_on_four_ranks_is_loaded_by_two_others_and_the_solution_passes():
+    cases, results = LAB.judge_the_solution("test_checkpoint")
+    assert len(results) == 2  # the second launch's ranks, which loaded it
+    for index, case in enumerate(cases):
+        assert all(float(r["reference"][index]["values"][SHARED_WRITING]) == 1.0 for r in results), case.name
+
+
+def test_the_second_launch_receives_every_file_the_first_wrote_the_lowest_rank_first_and_their_sizes():
+    def wrote(**files):
+        return {"student": [{"files": {name: torch.tensor(list(data), dtype=torch.uint8)
+                                       for name, data in files.items()}}]}
+    first = [wrote(**{".metadata": b"m0", "__0_0.distcp": b"abc"}), wrote(**{".metadata": b"m1"}), wrote()]
+    files = handoff.merged_files(first, "student", 0)
+    assert sorted(files) == [".metadata", "__0_0.distcp"] and bytes(files[".metadata"].tolist()) == b"m0"
+    assert handoff.bytes_written(first, "student", 0).tolist() == [5.0, 2.0, 0.0]
+
+
 def test_every_fixture_applies_to_todays_solution_and_names_real_test_cells():
     LAB.check_fixtures_apply_and_name_real_test_cells()
 
@@ -64,4 +88,4 @@ test_through_the_judge_each_other_fixture_loses_exactly_its_parts = judge_only_f
 
 @pytest.mark.timeout(900)  # a class through nbgrader (lab 2's took 221 s on a busy 2-core machine)
 def test_through_nbgrader_the_solution_scores_full_marks_the_release_zero_and_each_fixture_its_loss(tmp_path):
-    LAB.grade_through_nbgrader(tmp_path, NBGRADER_FIXTURES + tuple(LAB.attack_names()), max_points=11)
+    LAB.grade_through_nbgrader(tmp_path, NBGRADER_FIXTURES + tuple(LAB.attack_names()), max_points=14)

@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from labutils.ranks.errors import LaunchError, RankDiedError, RankTimeoutError
 
 from grading.judge import rankside, shipping
+from grading.judge.handoff import Reload, run_stages
 from grading.judge.loopback import traffic_problem
 from grading.judge.perrank import RankResults, launch_each
 
@@ -82,7 +83,8 @@ class TestSpec:
     the group may hold (its weight shard, its microbatches, the tensors every rank holds). With it,
     each rank receives that dict alone (``CaseRun.tensor`` reads it) and the case without
     ``groups``: other ranks' inputs never enter its process. Without it, every rank of a group
-    receives the group's whole data.
+    receives the group's whole data. ``reload``, optional: a second launch on other ranks that
+    receives the files the first one wrote (``handoff``); ``expected`` then describes its ranks.
     """
 
     title: str
@@ -94,6 +96,7 @@ class TestSpec:
     world_size: int = 4
     measure: Callable | None = None
     rank_data: Callable | None = None
+    reload: Reload | None = None
 
 
 @dataclass
@@ -215,14 +218,16 @@ def launch_reference(lab: str, test: str, cases: list, *, rank_timeout_s: float,
     ``rank``) if the reference failed."""
     module = load_lab(lab)
     spec = module.TESTS[test]
-    programs = shipping.programs(rankside.run_reference, (spec.run_case, module.REFERENCE, spec.world_size),
-                                 split_by_rank(spec, cases))
-    raw = launch_each(shipping.RUN, [(p,) for p in programs], backend=backend, timeout=rank_timeout_s)
-    results = _decoded(raw)
-    for rank, result in enumerate(results):
-        if "judge_failed" in result:
-            raise _with_rank(rankside.JudgeFailed(result["judge_failed"]), rank)
-    return results
+
+    def launch(run_case, world_size: int, per_rank: list) -> RankResults:
+        programs = shipping.programs(rankside.run_reference, (run_case, module.REFERENCE, world_size), per_rank)
+        results = _decoded(launch_each(shipping.RUN, [(p,) for p in programs], backend=backend,
+                                       timeout=rank_timeout_s))
+        for rank, result in enumerate(results):
+            if "judge_failed" in result:
+                raise _with_rank(rankside.JudgeFailed(result["judge_failed"]), rank)
+        return results
+    return run_stages(spec, cases, launch, split_by_rank(spec, cases), "reference")
 
 
 def _with_rank(exc: BaseException, rank: int) -> BaseException:
@@ -248,22 +253,25 @@ def launch_submission(lab: str, test: str, cases: list, blob: bytes, sources: di
     spec = module.TESTS[test]
     lent = {name: module.REFERENCE[name] for name in spec.substitutes}
     refused = shipping.graded_objects(module, spec)
-    programs = shipping.programs(rankside.run_submission, (spec.run_case, lent, spec.world_size),
-                                 split_by_rank(spec, cases), refused, blob=blob, sources=sources)
-    try:
-        with restricted_unpickling():
-            raw = launch_each(shipping.RUN, [(p,) for p in programs], backend=backend, timeout=rank_timeout_s)
-    except pickle.UnpicklingError as exc:
-        raise rankside.StudentCodeFailed(f"the ranks sent back what the grader refuses to unpickle ({exc})") from None
-    try:
-        results = _decoded(raw)
-    except Exception:
-        raise rankside.StudentCodeFailed("the ranks sent back something other than the grader's results "
-                                         "(code on the ranks changed the grader's own)") from None
-    for rank, result in enumerate(results):
-        if "failed" in result or "student" not in result:
-            raise _with_rank(rankside.StudentCodeFailed(str(result.get("failed", "no results"))), rank)
-    return results
+
+    def launch(run_case, world_size: int, per_rank: list) -> RankResults:
+        programs = shipping.programs(rankside.run_submission, (run_case, lent, world_size), per_rank, refused,
+                                     blob=blob, sources=sources)
+        try:
+            with restricted_unpickling():
+                raw = launch_each(shipping.RUN, [(p,) for p in programs], backend=backend, timeout=rank_timeout_s)
+        except pickle.UnpicklingError as exc:
+            raise rankside.StudentCodeFailed(f"the ranks sent back what the grader refuses to unpickle ({exc})") from None
+        try:
+            results = _decoded(raw)
+        except Exception:
+            raise rankside.StudentCodeFailed("the ranks sent back something other than the grader's results "
+                                             "(code on the ranks changed the grader's own)") from None
+        for rank, result in enumerate(results):
+            if "failed" in result or "student" not in result:
+                raise _with_rank(rankside.StudentCodeFailed(str(result.get("failed", "no results"))), rank)
+        return results
+    return run_stages(spec, cases, launch, split_by_rank(spec, cases), "student")
 
 
 # ----- what a submission's ranks send back -------------------------------------------------------------

@@ -18,6 +18,7 @@ import torch
 from labutils.kernels.transformer import TinyTransformer, TransformerConfig, next_token_loss
 
 from grading.judge.engine import Case, TestSpec, group_layout
+from grading.judge.handoff import Reload
 from grading.judge.rankside import SubmissionProblem
 from grading.reference import pytorch_apis as apis
 
@@ -39,6 +40,8 @@ REFERENCE = {
     "build_mesh": apis.build_mesh,
     "apply_tensor_parallel": apis.apply_tensor_parallel,
     "parallelize": apis.parallelize,
+    "save_checkpoint": apis.save_checkpoint,
+    "load_checkpoint": apis.load_checkpoint,
 }
 
 
@@ -260,6 +263,117 @@ def _fsdp_run(objects, case, run):
     return {"grads": {}, "values": values, "comm": run.comm, "comm_bytes": run.comm_bytes}
 
 
+# ----- Part 4: a distributed checkpoint saved at 4 ranks, loaded at 2 ------------------------------------
+#: (dp, tp) of the 2 ranks that load the checkpoint the 2 x 2 mesh saved.
+RELOAD_MESHES = ((1, 2), (2, 1))
+SAVED_MESH = (2, 2)
+#: A distributed checkpoint: every saving rank writes its own shards (the 2 x 2 reference: 16-28% each,
+#: metadata included), where a checkpoint gathered to one rank has that rank write everything.
+SHARED_WRITING = "every saving rank wrote its own share of the checkpoint (1: each wrote, none over half the bytes)"
+
+
+def _each_rank_wrote_its_share(written: torch.Tensor) -> torch.Tensor:
+    total = float(written.sum())
+    return _float([float(total > 0 and bool((written > 0).all()) and float(written.max()) <= total / 2)])
+
+
+def _checkpoint_cases(generator):
+    return [Case(f"save_checkpoint on a {SAVED_MESH[0]} x {SAVED_MESH[1]} mesh after one SGD step, "
+                 f"load_checkpoint on 2 other ranks as dp={dp} x tp={tp}, then one more step", WORLD_SIZE,
+                 {"dp": dp, "tp": tp}, [_model_data(generator, BATCH * SAVED_MESH[0])])
+            for dp, tp in RELOAD_MESHES]
+
+
+def _dense_two_steps(data) -> tuple:
+    """(parameters and momentum after step 1, gradient-step 2's model) of the whole batch, in float64."""
+    model = _dense_model(data["state"])
+    optimizer = torch.optim.SGD(model.parameters(), lr=LEARNING_RATE, momentum=MOMENTUM)
+    next_token_loss(model(data["tokens"]), data["targets"]).backward()
+    optimizer.step()
+    saved = {name: p.detach().clone() for name, p in model.named_parameters()}
+    momentum = {name: optimizer.state[p]["momentum_buffer"].clone() for name, p in model.named_parameters()}
+    return model, optimizer, saved, momentum
+
+
+def _checkpoint_expected(case, data):
+    model, optimizer, saved, momentum = _dense_two_steps(data)
+    dp = case.params["dp"]
+    rows = data["tokens"].shape[0] // dp
+    losses = [next_token_loss(model(data["tokens"][r * rows:(r + 1) * rows]),
+                              data["targets"][r * rows:(r + 1) * rows]).detach().reshape(1) for r in range(dp)]
+    optimizer.zero_grad()
+    next_token_loss(model(data["tokens"]), data["targets"]).backward()
+    optimizer.step()
+    values = {SHARED_WRITING: _float([1.0]), **{f"{name} as loaded": saved[name] for name in saved}}
+    values.update({f"momentum of {name} as loaded": momentum[name] for name in momentum})
+    values.update({f"{name} after one more step": p.detach() for name, p in model.named_parameters()})
+    return [{"grads": {}, "values": {**values, "loss of the step after loading": losses[rank // case.params["tp"]]}}
+            for rank in range(dp * case.params["tp"])]
+
+
+def _folder(run, name: str) -> str:
+    """A fresh folder of this rank's own (in its private folder when the rank is isolated)."""
+    import os
+    import tempfile
+
+    return tempfile.mkdtemp(prefix=f"{name}-", dir=run.private_folder)
+
+
+def _save_run(objects, case, run):
+    import os
+
+    model, mesh = _model(run, SAVED_MESH)
+    objects["parallelize"](model, mesh)
+    optimizer = torch.optim.SGD(model.parameters(), lr=LEARNING_RATE, momentum=MOMENTUM)
+    rows = slice(mesh["dp"].get_local_rank() * BATCH, (mesh["dp"].get_local_rank() + 1) * BATCH)
+    next_token_loss(model(run.tensor("tokens")[rows]), run.tensor("targets")[rows]).backward()
+    optimizer.step()
+    folder = _folder(run, "checkpoint")
+    objects["save_checkpoint"](model, optimizer, folder)
+    files = {}
+    for where, _, names in os.walk(folder):
+        for name in names:
+            with open(os.path.join(where, name), "rb") as f:
+                files[os.path.relpath(os.path.join(where, name), folder)] = torch.frombuffer(bytearray(f.read()),
+                                                                                            dtype=torch.uint8)
+    return {"grads": {}, "files": files, "comm": run.comm, "comm_bytes": run.comm_bytes}
+
+
+def _momentum(optimizer, parameter):
+    buffer = optimizer.state.get(parameter, {}).get("momentum_buffer")
+    if buffer is None:
+        return "the optimizer holds no momentum buffer for it after load_checkpoint"
+    return _full(buffer).detach().cpu().to(torch.float64)
+
+
+def _load_run(objects, case, run):
+    import os
+
+    folder = _folder(run, "loaded")
+    for path, content in run.tensors("files").items():
+        os.makedirs(os.path.dirname(os.path.join(folder, path)), exist_ok=True)
+        with open(os.path.join(folder, path), "wb") as f:
+            f.write(content.cpu().numpy().tobytes())
+    dp, tp = case.params["dp"], case.params["tp"]
+    model, mesh = _model(run, (dp, tp))
+    objects["parallelize"](model, mesh)
+    optimizer = torch.optim.SGD(model.parameters(), lr=LEARNING_RATE, momentum=MOMENTUM)
+    objects["load_checkpoint"](model, optimizer, folder)
+    values = {SHARED_WRITING: _each_rank_wrote_its_share(run.tensor("bytes written by each rank"))}
+    values.update({f"{name} as loaded": _full(p).detach().cpu().to(torch.float64) for name, p in model.named_parameters()})
+    values.update({f"momentum of {name} as loaded": _momentum(optimizer, p) for name, p in model.named_parameters()})
+    rows = run.tensor("tokens").shape[0] // dp
+    mine = slice(mesh["dp"].get_local_rank() * rows, (mesh["dp"].get_local_rank() + 1) * rows)
+    optimizer.zero_grad()
+    loss = next_token_loss(model(run.tensor("tokens")[mine]), run.tensor("targets")[mine])
+    loss.backward()
+    optimizer.step()
+    values["loss of the step after loading"] = loss.detach().cpu().to(torch.float64).reshape(1)
+    values.update({f"{name} after one more step": _full(p).detach().cpu().to(torch.float64)
+                   for name, p in model.named_parameters()})
+    return {"grads": {}, "values": values, "comm": run.comm, "comm_bytes": run.comm_bytes}
+
+
 #: grade_id of the hidden-test cell -> its test.
 TESTS = {
     "test_mesh": TestSpec("Part 1: build_mesh", ("build_mesh",), (), _mesh_cases, _mesh_expected, _mesh_run,
@@ -269,4 +383,8 @@ TESTS = {
     "test_parallelize": TestSpec("Part 3: parallelize (TP, then FSDP2), trained", ("parallelize",),
                                  ("apply_tensor_parallel",), _fsdp_cases, _fsdp_expected, _fsdp_run, WORLD_SIZE,
                                  rank_data=_fsdp_rank_data),
+    "test_checkpoint": TestSpec("Part 4: save_checkpoint and load_checkpoint at another world size",
+                                ("save_checkpoint", "load_checkpoint"), ("apply_tensor_parallel", "parallelize"),
+                                _checkpoint_cases, _checkpoint_expected, _save_run, WORLD_SIZE,
+                                reload=Reload(2, _load_run)),
 }

@@ -17,10 +17,18 @@ ranks of one tensor-parallel group are consecutive (one NVLink domain on a GPU n
 Then FSDP2 over dp: ``fully_shard`` on each block, then on the whole model (its embeddings, final
 norm and output), each parameter's DTensor sharded on dim 0 over dp on top of its tp placement.
 Tensor parallelism goes first: ``fully_shard`` shards what ``parallelize_module`` made.
+
+A checkpoint is ``torch.distributed.checkpoint`` (DCP) of the model's and the optimizer's state
+dicts as ``get_state_dict`` gives them (each rank's shards, with their place in the whole tensor):
+every rank writes its own shards and rank 0 the metadata. ``load_checkpoint`` fills the state
+dicts of a model and optimizer parallelized on any mesh, at any number of ranks, each rank reading
+the pieces of the saved shards that its own shards cover (torchtitan's ``components/checkpoint.py``).
 """
 from __future__ import annotations
 
+import torch.distributed.checkpoint as dcp
 import torch.nn as nn
+from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import Replicate, Shard
@@ -75,3 +83,18 @@ def parallelize(model: nn.Module, mesh: DeviceMesh) -> nn.Module:
         fully_shard(block, mesh=mesh["dp"])
     fully_shard(model, mesh=mesh["dp"])
     return model
+
+
+def save_checkpoint(model: nn.Module, optimizer, folder: str) -> None:
+    """Save ``model`` and ``optimizer`` (parallelized on any mesh) to ``folder`` with DCP, from every rank."""
+    model_state, optimizer_state = get_state_dict(model, optimizer)
+    dcp.save({"model": model_state, "optimizer": optimizer_state}, checkpoint_id=folder)
+
+
+def load_checkpoint(model: nn.Module, optimizer, folder: str) -> None:
+    """Load what ``save_checkpoint`` wrote in ``folder`` into ``model`` and ``optimizer``, whatever
+    their mesh and the number of ranks that saved it, on every rank."""
+    model_state, optimizer_state = get_state_dict(model, optimizer)  # the optimizer's state made if it has none
+    state = {"model": model_state, "optimizer": optimizer_state}
+    dcp.load(state, checkpoint_id=folder)
+    set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
