@@ -1,4 +1,5 @@
-"""Hidden tests of lab 7 (PyTorch's APIs): the 2D DeviceMesh, the tensor and sequence parallel plan, TP + FSDP2.
+"""Hidden tests of lab 7 (PyTorch's APIs): the 2D DeviceMesh, the tensor and sequence parallel plan,
+TP + FSDP2, and a distributed checkpoint loaded at another world size.
 
 Every test runs on 4 ranks with ``labutils.kernels.transformer.TinyTransformer`` (vocabulary 32,
 width 16, 4 heads, feed-forward 32, 2 blocks) on batches of 2 sequences of 8 tokens. Expected results
@@ -7,11 +8,11 @@ are the same model in one process, in float64: the logits, the loss and every pa
 the parameters after two SGD steps with momentum. Beside the numbers the judge compares each
 parameter's placements (what it is sharded on, per mesh dimension: a parameter left a plain tensor
 is named) and, at each rank's process group, the collectives of a forward and a backward pass and
-their bytes with the reference plan's. Later parts run with the reference for the earlier ones.
+their bytes with the reference plan's. The checkpoint test saves on 4 ranks and loads on 2 ranks of
+a second launch, which receive only the saved files (``handoff``). Later parts run with the
+reference for the earlier ones.
 """
 from __future__ import annotations
-
-import copy
 
 import torch
 
@@ -285,7 +286,7 @@ def _checkpoint_cases(generator):
 
 
 def _dense_two_steps(data) -> tuple:
-    """(parameters and momentum after step 1, gradient-step 2's model) of the whole batch, in float64."""
+    """(model, optimizer, parameters, momentum buffers) after one SGD step on the whole batch, in float64."""
     model = _dense_model(data["state"])
     optimizer = torch.optim.SGD(model.parameters(), lr=LEARNING_RATE, momentum=MOMENTUM)
     next_token_loss(model(data["tokens"]), data["targets"]).backward()
@@ -313,7 +314,6 @@ def _checkpoint_expected(case, data):
 
 def _folder(run, name: str) -> str:
     """A fresh folder of this rank's own (in its private folder when the rank is isolated)."""
-    import os
     import tempfile
 
     return tempfile.mkdtemp(prefix=f"{name}-", dir=run.private_folder)
