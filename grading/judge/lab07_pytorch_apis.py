@@ -222,26 +222,24 @@ def _fsdp_rank_data(case, data, rank):
 
 
 def _fsdp_expected(case, data):
-    del case  # every rank ends with the same model
     model = _dense_model(data["state"])
     optimizer = torch.optim.SGD(model.parameters(), lr=LEARNING_RATE, momentum=MOMENTUM)
-    losses = []
-    for _ in range(STEPS + 1):  # the last pass only measures the loss
-        loss = next_token_loss(model(data["tokens"]), data["targets"])  # = the mean of the dp ranks' losses
-        losses.append(loss.item())
+    rows = [slice(r * BATCH, (r + 1) * BATCH) for r in range(case.params["dp"])]
+    losses = []  # per pass, the loss of each dp rank's batch
+    for step in range(STEPS + 1):  # the last pass only measures the loss
+        losses.append([next_token_loss(model(data["tokens"][r]), data["targets"][r]).item() for r in rows])
         optimizer.zero_grad()
-        loss.backward()
-        if len(losses) <= STEPS:
+        next_token_loss(model(data["tokens"]), data["targets"]).backward()  # the mean of the dp ranks' losses
+        if step < STEPS:
             optimizer.step()
     values = {_placements_label(name): _float([0.0, _tp_placement(name)]) for name, _ in model.named_parameters()}
     values.update({f"{name} after {STEPS} steps": p.detach() for name, p in model.named_parameters()})
-    values["loss of each step (mean over the dp ranks)"] = _float(losses)
-    return [{"grads": {}, "values": values} for _ in range(WORLD_SIZE)]
+    return [{"grads": {}, "values": {**values, "loss of each pass on this rank's batch":
+                                     _float([loss[rank // case.params["tp"]] for loss in losses])}}
+            for rank in range(WORLD_SIZE)]
 
 
 def _fsdp_run(objects, case, run):
-    import torch.distributed as dist
-
     model, mesh = _model(run, (case.params["dp"], case.params["tp"]))
     model = objects["parallelize"](model, mesh)
     if not isinstance(model, torch.nn.Module):
@@ -251,14 +249,11 @@ def _fsdp_run(objects, case, run):
     for step in range(STEPS + 1):
         optimizer.zero_grad()
         _, loss = _pass(run, model, tokens, targets, "" if step == 0 else f" of step {step + 1}")
-        losses.append(loss.detach().reshape(1))
+        losses.append(loss.item())
         if step < STEPS:
             with run.phase(f"optimizer step {step + 1}"):
                 optimizer.step()
-    mean = torch.cat(losses)
-    dist.all_reduce(mean)  # the judge's own, after every recorded phase
-    values = {**_placements(model), "loss of each step (mean over the dp ranks)":
-              (mean / dist.get_world_size()).cpu().to(torch.float64)}
+    values = {**_placements(model), "loss of each pass on this rank's batch": _float(losses)}
     values.update({f"{name} after {STEPS} steps": _full(p).detach().cpu().to(torch.float64)
                    for name, p in model.named_parameters()})
     return {"grads": {}, "values": values, "comm": run.comm, "comm_bytes": run.comm_bytes}

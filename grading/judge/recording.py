@@ -28,6 +28,7 @@ from typing import NamedTuple
 import torch
 import torch.distributed as dist
 from torch.distributed import distributed_c10d
+from torch.distributed._functional_collectives import REDUCE_OP_TO_STR
 
 BACKEND_NAME = "judged"
 #: Every operation of this process, in the order the ranks' code asked for them.
@@ -260,8 +261,7 @@ _torch_batch_isend_irecv = distributed_c10d.batch_isend_irecv
 # On the judge's ranks these ops run through the recording group's own methods instead, so they are
 # recorded like any other call (all-reduce, all-to-all and broadcast already arrive there).
 
-_REDUCE_OPS = {"sum": dist.ReduceOp.SUM, "avg": dist.ReduceOp.AVG, "max": dist.ReduceOp.MAX,
-               "min": dist.ReduceOp.MIN, "product": dist.ReduceOp.PRODUCT}
+_REDUCE_OPS = {name: op for op, name in REDUCE_OP_TO_STR.items()}  # the functional ops name them as strings
 _functional_library = None
 
 
