@@ -12,8 +12,12 @@ and the nightly check of the labs.
 """
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
+import sys
+import tempfile
+import threading
 
 from grading.paths import GRADING_DIR
 
@@ -47,6 +51,43 @@ def write_course_config(course_dir: str, settings: dict, grading_config: str | N
     with open(path, "w") as f:
         f.write(course_config(course_dir, settings, grading_config, written_by))
     return path
+
+
+_empty_gradebook: str | None = None
+_empty_gradebook_lock = threading.Lock()
+
+
+def seed_gradebook(course_dir: str) -> str:
+    """Put an empty nbgrader gradebook in ``course_dir`` (COURSE/gradebook.db, which nbgrader then
+    uses) unless one is there; its path. It is a copy of one this process made once: nbgrader makes
+    each new gradebook by running its ``alembic`` command, a Python process of its own (about 2.3 s
+    of CPU on a 2-core machine)."""
+    global _empty_gradebook
+    path = os.path.join(course_dir, "gradebook.db")
+    if os.path.exists(path):
+        return path
+    with _empty_gradebook_lock:
+        if _empty_gradebook is None:
+            _empty_gradebook = _make_empty_gradebook()
+    os.makedirs(course_dir, exist_ok=True)
+    shutil.copyfile(_empty_gradebook, path)
+    return path
+
+
+def _make_empty_gradebook() -> str:
+    """A new gradebook in a folder removed when this process exits; its path. nbgrader runs ``alembic``
+    from PATH: this interpreter's bin/ (where pip put it) goes first on PATH if it is not there."""
+    from nbgrader.api import Gradebook
+
+    bin_dir = os.path.dirname(sys.executable)
+    if bin_dir not in os.environ.get("PATH", "").split(os.pathsep):
+        os.environ["PATH"] = os.pathsep.join([bin_dir, os.environ.get("PATH", "")])
+    folder = tempfile.mkdtemp(prefix="empty-gradebook-")
+    atexit.register(shutil.rmtree, folder, True)
+    made = os.path.join(folder, "gradebook.db")
+    with Gradebook(f"sqlite:///{made}"):
+        pass
+    return made
 
 
 def copy_source(course_dir: str, lab: str, folder: str) -> str:

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 import nbformat
 
-from grading.autograder.course import copy_submission, write_course_config
+from grading.autograder.course import copy_submission, seed_gradebook, write_course_config
 from grading.autograder.execute import KERNEL_DIED, NOT_RUN
 from grading.autograder.judge_service import (JudgeService, JudgeServiceFailed, with_visible_devices,
                                                worker_gpus)
@@ -168,8 +168,8 @@ def find_submissions(submissions_dir: str, lab: str, notebooks: list) -> tuple:
 
 
 def prepare_course(options: GradeOptions, submissions: dict) -> str:
-    """Write the course config, release the lab into the gradebook (alembic needs this
-    interpreter's bin/ on PATH), copy the submissions in; return the release folder."""
+    """Write the course config, release the lab into the gradebook (a copy of an empty one:
+    ``seed_gradebook``), copy the submissions in; return the release folder."""
     course = options.course_dir
     write_course_config(course, {"CourseDirectory.source_directory": os.path.join(options.course_root, "solutions"),
                                  "CourseDirectory.release_directory": os.path.join(course, "release"),
@@ -182,6 +182,7 @@ def prepare_course(options: GradeOptions, submissions: dict) -> str:
         os.makedirs(os.path.join(course, folder, options.lab) if folder != "reports" else os.path.join(course, folder),
                     exist_ok=True)
     os.environ["PATH"] = nbgrader_environment(options.course_root)["PATH"]
+    seed_gradebook(course)
     check(open_course(course).generate_assignment(options.lab, force=True, create=True), "generate_assignment")
     for student, source in submissions.items():
         copy_submission(course, student, options.lab, source)
