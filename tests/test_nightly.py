@@ -4,7 +4,8 @@ One full run (module fixture, through the command line, with relative --root and
 a user types them) executes tests/nightly_fixtures/ copied into a throwaway course: a
 passing, a failing, a hanging (short cell timeout) and a parameter-less notebook, one tiny
 nbgrader lab (solution and release) and one broken lab (its solution loses points to a line
-on stderr, its release passes a test without student code). The tests then assert the
+on stderr and has a cell that raises, its release passes a test without student code). The
+labs' solutions are executed by nbgrader alone, with the run's parameters injected. The tests then assert the
 contents of results.json, report.md, report.html and junit.xml.
 """
 from __future__ import annotations
@@ -15,6 +16,7 @@ import os
 import shutil
 import sys
 import xml.etree.ElementTree as ElementTree
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -78,8 +80,6 @@ def test_exit_status_is_nonzero_when_anything_failed(full_run):
         "notebooks/failing.ipynb": FAILED,
         "notebooks/hanging.ipynb": TIMED_OUT,
         "notebooks/no_parameters.ipynb": FAILED,
-        f"solutions/{LAB}/{LAB}.ipynb": PASSED,
-        f"solutions/{BROKEN_LAB}/{BROKEN_LAB}.ipynb": PASSED,  # papermill does not mind stderr
         f"{LAB} (solution)": PASSED,
         f"{LAB} (released)": PASSED,
         f"{BROKEN_LAB} (solution)": FAILED,
@@ -88,10 +88,21 @@ def test_exit_status_is_nonzero_when_anything_failed(full_run):
 
 
 def test_notebooks_run_several_at_a_time(full_run):
-    """-j 3: the run takes well under the sum of its rows (one after the other it would take more)."""
-    _status, _root, out, results = full_run
-    total_s = json.loads((out / "results.json").read_text())["duration_s"]
-    assert total_s < 0.8 * sum(row["duration_s"] for row in results.values())
+    """-j 3: notebooks execute at the same time, as the timestamps of their cells show (papermill's
+    and nbgrader's kernels record when each cell started and ended)."""
+    import nbformat
+
+    _status, _root, out, _results = full_run
+    spans = []
+    for path in [*out.glob("notebooks/*.ipynb"), *out.glob("grading/*/autograded/*/*/*.ipynb")]:
+        times = [moment for cell in nbformat.read(path, as_version=4).cells
+                 for key, moment in cell.metadata.get("execution", {}).items()
+                 if key in ("iopub.execute_input", "shell.execute_reply")]
+        if times:
+            spans.append((min(times), max(times), path.name))
+    spans.sort()
+    assert len(spans) >= 5
+    assert any(later[0] < earlier[1] for earlier, later in zip(spans, spans[1:])), spans
 
 
 def test_parameters_are_injected_and_the_kernel_is_this_interpreter(full_run):
@@ -144,13 +155,30 @@ def test_labs_solution_scores_full_marks_and_release_zero(full_run):
     assert results[f"{LAB} (released)"]["score"] == [0.0, 2.0]
 
 
+def test_a_lab_solution_runs_once_through_nbgrader_with_the_parameters_injected(full_run):
+    """Not also by papermill: the solution's executed copy is its autograded notebook, the run's
+    parameters injected after its parameters cell (the release got them too)."""
+    import nbformat
+
+    _status, _root, out, results = full_run
+    assert results[f"{LAB} (solution)"]["executed"] == f"solutions/{LAB}/{LAB}.ipynb"
+    for executed in (out / f"solutions/{LAB}/{LAB}.ipynb", out / f"grading/{LAB}/autograded/released/{LAB}/{LAB}.ipynb"):
+        cells = nbformat.read(executed, as_version=4).cells
+        assert "injected-parameters" in cells[2].metadata.tags, executed
+        assert 'QUICK = True\nWORLD_SIZE = 2\nBACKEND = "gloo"\n' in cells[2].source
+    assert not (out / "logs" / "solutions").exists()
+
+
 def test_broken_lab_says_which_test_lost_or_won_points_and_why(full_run):
     results = full_run[3]
     solution, released = results[f"{BROKEN_LAB} (solution)"], results[f"{BROKEN_LAB} (released)"]
     assert solution["score"] == [1.0, 2.0] and released["score"] == [1.0, 2.0]
     assert solution["error"] == (
+        f"{BROKEN_LAB}.ipynb: cell 6 raised RuntimeError: a cell of the solution that raises; "
         f"the solution scored 1 of 2; lost points in {BROKEN_LAB}:test_noisy (0 of 1: it wrote to stderr "
         "('a warning on stderr'), and nbgrader gives 0 to a test cell with any stderr output)")
+    assert solution["cell"] == 6 and solution["executed"] == f"solutions/{BROKEN_LAB}/{BROKEN_LAB}.ipynb"
+    assert '-> 1 | raise RuntimeError("a cell of the solution that raises")' in solution["excerpt"]
     assert released["error"] == (f"the untouched release scored 1 of 2 (expected 0): these tests pass without "
                                  f"student code: {BROKEN_LAB}:test_always_passes (1 of 1)")
 
@@ -160,8 +188,8 @@ def test_markdown_report_has_environment_rows_and_failure_details(full_run):
     report = (out / "report.md").read_text()
     assert report.index("## Environment") < report.index("## Chapters")
     assert "torch       " in report and "Backend" in report  # labutils.command.doctor's environment text
-    assert "**5 of 10 passed, 5 failed (1 timed out)" in report
-    glance = report[report.index("**5 of 10"):report.index("Settings:")]  # what broke, before anything else
+    assert "**3 of 8 passed, 5 failed (1 timed out)" in report
+    glance = report[report.index("**3 of 8"):report.index("Settings:")]  # what broke, before anything else
     assert "- notebooks/failing.ipynb: failed at cell 4 (In [4]): ValueError: fixture failure: total is 6\n" in glance
     assert "- notebooks/hanging.ipynb: timed out at cell 4 (In [4]): cell still running after" in glance
     assert f"- {BROKEN_LAB} (released): failed: the untouched release scored 1 of 2" in glance
@@ -188,7 +216,7 @@ def test_html_report_escapes_and_links_failures(full_run):
 def test_junit_counts_failures_per_suite(full_run):
     _status, _root, out, _results = full_run
     suites = ElementTree.parse(out / "junit.xml").getroot()
-    assert (suites.get("tests"), suites.get("failures")) == ("10", "5")
+    assert (suites.get("tests"), suites.get("failures")) == ("8", "5")
     chapters = suites.find("testsuite[@name='chapters']")
     assert (chapters.get("tests"), chapters.get("failures")) == ("4", "3")
     failure = chapters.find("testcase[@name='notebooks/failing.ipynb']/failure")
@@ -300,7 +328,7 @@ def test_list_and_selection_by_name_lab_or_path(tmp_path, capsys):
     root = make_course(tmp_path / "course", chapters=("passing", "failing"))
     assert cli.main(["nightly", "--root", str(root), "--list"]) == 0
     assert capsys.readouterr().out.splitlines() == [
-        "notebooks/failing.ipynb", "notebooks/passing.ipynb", f"solutions/{LAB}/{LAB}.ipynb", f"{LAB} (nbgrader)"]
+        "notebooks/failing.ipynb", "notebooks/passing.ipynb", f"{LAB} (nbgrader)"]
     picked = notebooks.select_notebooks(root, ["passing", LAB, "notebooks/failing", str(FIXTURES / "hanging.ipynb")])
     assert [(job.name, job.group, str(job.output)) for job in picked] == [
         ("notebooks/passing.ipynb", "chapters", "notebooks/passing.ipynb"),
@@ -308,6 +336,29 @@ def test_list_and_selection_by_name_lab_or_path(tmp_path, capsys):
         ("notebooks/failing.ipynb", "chapters", "notebooks/failing.ipynb"),
         (str(FIXTURES / "hanging.ipynb"), "other", "other/hanging.ipynb"),
     ]
+
+
+def test_a_lab_step_nbgrader_refuses_fails_both_rows_with_its_reason(tmp_path):
+    """generate_assignment refuses a source with a grade id used twice: the steps stop there, both
+    rows say so and point at that step's log."""
+    import nbformat
+
+    from grading.nightly.labs import grade_lab
+
+    root = make_course(tmp_path / "course", chapters=())
+    path = root / "solutions" / LAB / f"{LAB}.ipynb"
+    notebook = nbformat.read(path, as_version=4)
+    notebook.cells[3].metadata.nbgrader.grade_id = "double"  # the test cell takes the solution cell's id
+    nbformat.write(notebook, path)
+    out = tmp_path / "out"
+    env = {**os.environ, "PATH": os.pathsep.join([os.path.dirname(sys.executable), os.environ["PATH"]])}  # alembic
+    rows = grade_lab(discover_labs(root)[0], tmp_path / "work", out, partial(processes.run_watched, env=env),
+                     kernel="python3", cell_timeout_s=60, timeout_s=120, parameters={"QUICK": True})
+    assert [(row.name, row.status) for row in rows] == [(f"{LAB} (solution)", FAILED), (f"{LAB} (released)", FAILED)]
+    for row in rows:
+        assert row.error.startswith("nbgrader generate_assignment failed: ") and "double" in row.error, row.error
+        assert row.log == f"logs/grading/{LAB}-generate_assignment.log"
+    assert not (out / "logs" / "grading" / f"{LAB}-solution.log").exists()
 
 
 # ---------------------------------------------------------------- pieces, without executing anything

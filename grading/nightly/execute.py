@@ -14,12 +14,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from grading.nightly.notebooks import NotebookJob
-from grading.nightly.processes import CommandOutcome, KernelChoice, run_watched
+from grading.nightly.processes import CommandOutcome, KernelChoice, run_watched, without_iri_format_checker
 from grading.nightly.report import FAILED, PASSED, TIMED_OUT, Result
 
 PARAMETERS_TAG = "parameters"
+#: the tag of the cell papermill inserts after the ``parameters`` cell, setting the run's values
+INJECTED_TAG = "injected-parameters"
 #: cells papermill adds to the executed notebook (not counted when numbering cells)
-PAPERMILL_TAGS = frozenset({"injected-parameters", "papermill-error-cell-tag"})
+PAPERMILL_TAGS = frozenset({INJECTED_TAG, "papermill-error-cell-tag"})
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _EXCEPTION_LINE = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit|Timeout)):?(.*)$")
 
@@ -101,20 +103,14 @@ def _describe_failure(result: Result, outcome: CommandOutcome, executed: Path, l
     import nbformat
 
     try:
-        cell = _failing_cell(nbformat.read(executed, as_version=4))
+        cell = failing_cell(nbformat.read(executed, as_version=4))
     except (OSError, ValueError):  # never written, or cut off mid-write when it was stopped
         cell = None
     log_text = log.read_text(errors="replace") if log.is_file() else ""
     last_exception = _last_exception_line(log_text)
     result.status = FAILED
     if cell is not None:
-        result.cell, result.execution_count, source, error_output = cell
-        traceback = _ANSI.sub("", "\n".join(error_output.get("traceback", []))) if error_output else ""
-        result.excerpt = source_excerpt(source, _failing_line(traceback, result.execution_count))
-        result.traceback = traceback
-        if error_output:
-            message = (error_output.get("evalue") or "").strip().splitlines()
-            result.error = error_output.get("ename", "Error") + (f": {message[0]}" if message else "")
+        describe_cell(result, cell)
     if outcome.timed_out:
         result.status = TIMED_OUT
         result.error = f"notebook still running after {settings.timeout_s:g} s (--timeout); stopped"
@@ -129,7 +125,19 @@ def _describe_failure(result: Result, outcome: CommandOutcome, executed: Path, l
         result.traceback = "\n".join(log_text.splitlines()[-30:])
 
 
-def _failing_cell(notebook):
+def describe_cell(result: Result, cell: tuple) -> None:
+    """Fill ``result``'s cell, execution count, excerpt, traceback and error from ``cell``, as
+    :func:`failing_cell` returns it."""
+    result.cell, result.execution_count, source, error_output = cell
+    traceback = _ANSI.sub("", "\n".join(error_output.get("traceback", []))) if error_output else ""
+    result.excerpt = source_excerpt(source, _failing_line(traceback, result.execution_count))
+    result.traceback = traceback
+    if error_output:
+        message = (error_output.get("evalue") or "").strip().splitlines()
+        result.error = error_output.get("ename", "Error") + (f": {message[0]}" if message else "")
+
+
+def failing_cell(notebook):
     """(1-based position in the source notebook, execution count, source, error output or None), or None.
 
     The first cell with an error output or papermill's exception flag; else the last cell
@@ -183,4 +191,5 @@ def _last_exception_line(log_text: str) -> str:
 
 
 if __name__ == "__main__":  # the subprocess execute_notebook() starts for each notebook
+    without_iri_format_checker()
     _papermill_subprocess(json.loads(sys.argv[1]))

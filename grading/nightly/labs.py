@@ -18,18 +18,30 @@ The check builds a throwaway nbgrader course folder per lab, with the course bui
     COURSE/gradebook.db                        written by generate_assignment and autograde
 
 and runs ``nbgrader generate_assignment`` then ``nbgrader autograde`` once per
-submission, each as a subprocess through the caller's ``run_command`` (so the nightly
-runner's timeouts, logs and process clean-up apply). Scores are read from the gradebook.
+submission, the three steps in one subprocess (:mod:`grading.nightly.nbgrader_steps`, each
+step with its own log) through the caller's ``run_command`` (so the nightly runner's
+timeouts, logs and process clean-up apply). Scores are read from the gradebook.
+
+The solution is executed once, by ``autograde``, with the nightly's parameters injected after
+its ``parameters`` cell as papermill injects them into the chapters (in the course folder's
+source and in both submissions): its row also fails when any cell raised, and its executed
+notebook is the run's copy (``solutions/labNN_name/``). The lab is not executed a second time by
+papermill.
 """
 from __future__ import annotations
 
+import json
+import re
 import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from grading.autograder.course import copy_source, copy_submission, write_course_config
+from grading.autograder.course import copy_source, copy_submission, seed_gradebook, write_course_config
+from grading.nightly.execute import INJECTED_TAG, PARAMETERS_TAG, describe_cell, failing_cell
 from grading.nightly.report import FAILED, PASSED, TIMED_OUT, Result
+
+_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception): ")
 
 #: the two submissions graded per lab: (student id, the score the check expects)
 SOLUTION, RELEASED = "solution", "released"
@@ -64,8 +76,10 @@ def row_names(lab: Lab) -> dict[str, str]:
 
 
 def grade_lab(lab: Lab, workdir: Path, out_dir: Path, run_command, *, kernel: str, cell_timeout_s: float,
-              timeout_s: float) -> list[Result]:
-    """Autograde ``lab``'s solution (expects full marks) and its release (expects zero): two results.
+              timeout_s: float, parameters: dict | None = None) -> list[Result]:
+    """Autograde ``lab``'s solution (expects full marks, every cell run without an error) and its
+    release (expects zero): two results. ``parameters`` (the nightly's QUICK, WORLD_SIZE, BACKEND)
+    are injected after each notebook's ``parameters`` cell; without one, the solution's row fails.
 
     ``run_command(command, cwd, log_path, timeout_s)`` runs one subprocess and returns an
     object with ``returncode`` (None when stopped), ``timed_out`` and ``duration_s``
@@ -80,42 +94,120 @@ def grade_lab(lab: Lab, workdir: Path, out_dir: Path, run_command, *, kernel: st
     course = Path(workdir) / lab.name
     shutil.rmtree(course, ignore_errors=True)
     copy_source(str(course), lab.name, str(lab.source_dir))
+    if parameters is not None:
+        unparameterized = inject_parameters(course / "source" / lab.name, parameters, kernel)
+        if unparameterized:
+            return [Result(names[SOLUTION], "grading", FAILED, 0.0,
+                           error=f"{', '.join(unparameterized)}: no cell tagged {PARAMETERS_TAG!r}: tag the cell that "
+                                 "sets QUICK and WORLD_SIZE so the nightly values replace them"),
+                    Result(names[RELEASED], "grading", FAILED, 0.0, error="not graded: the solution has no parameters")]
     _write_course_config(course, lab.source_dir.parent.parent)
+    seed_gradebook(str(course))
     out_dir = Path(out_dir)
     logs_dir = out_dir / "logs" / "grading"
     logs_dir.mkdir(parents=True, exist_ok=True)
-    nbgrader = [sys.executable, "-m", "nbgrader"]
+    students = [student for student in (SOLUTION, RELEASED) if student not in problems]
+    for student in students:
+        folder = lab.source_dir if student == SOLUTION else lab.released_dir
+        submitted = Path(copy_submission(str(course), student, lab.name, str(folder)))
+        if parameters is not None:
+            inject_parameters(submitted, parameters, kernel)
 
-    generate_log = logs_dir / f"{lab.name}-generate_assignment.log"
-    generated = run_command([*nbgrader, "generate_assignment", lab.name, "--force"], course, generate_log, timeout_s)
-    if generated.returncode != 0:
-        error = _command_error("nbgrader generate_assignment", generated, generate_log, timeout_s)
-        status = TIMED_OUT if generated.timed_out else FAILED
-        return [Result(names[student], "grading", status, generated.duration_s if student == SOLUTION else 0.0,
-                       error=error, traceback=_tail(generate_log), log=str(generate_log.relative_to(out_dir)))
-                for student in (SOLUTION, RELEASED)]
+    steps = [("generate_assignment", None)] + [("autograde", student) for student in students]
+    logs = [logs_dir / f"{lab.name}-{student or what}.log" for what, student in steps]
+    outcomes_path = course / "outcomes.jsonl"
+    spec = {"lab": lab.name, "outcomes": str(outcomes_path),
+            "options": [f"--ExecutePreprocessor.timeout={int(cell_timeout_s)}",
+                        f"--ExecutePreprocessor.kernel_name={kernel}"],
+            "steps": [{"student": student, "log": str(log)} for (_what, student), log in zip(steps, logs)]}
+    process_log = logs_dir / f"{lab.name}-nbgrader.log"
+    limit_s = timeout_s * len(steps)  # --timeout for each step
+    ran = run_command([sys.executable, "-m", "grading.nightly.nbgrader_steps", json.dumps(spec)], course,
+                      process_log, limit_s)
+    outcomes = _read_outcomes(outcomes_path)
 
-    submissions = {SOLUTION: lab.source_dir, RELEASED: lab.released_dir}
-    results = []
-    for student, folder in submissions.items():
-        if student in problems:
-            results.append(Result(names[student], "grading", FAILED, 0.0, error=problems[student]))
+    results = {student: Result(names[student], "grading", FAILED, 0.0, error=problems[student])
+               for student in problems}
+    recorded_s = sum(outcome["duration_s"] for outcome in outcomes.values())
+    stopped_at = next(index for index in range(len(steps) + 1) if not outcomes.get(index, {}).get("ok"))
+    for index in range(1, len(steps)):
+        student, log = steps[index][1], logs[index]
+        duration = outcomes[index]["duration_s"] if index in outcomes else 0.0
+        if index == stopped_at and index not in outcomes:  # running when the process ended
+            duration = max(0.0, ran.duration_s - recorded_s)
+        if student == SOLUTION:
+            duration += outcomes.get(0, {}).get("duration_s", 0.0)
+        if index < stopped_at:
+            result = _scored_result(names[student], student, course, lab.name, duration, str(log.relative_to(out_dir)))
+            if student == SOLUTION:
+                _keep_executed_solution(result, course / "autograded" / student / lab.name, lab, out_dir)
+        else:
+            what, failed_log = f"nbgrader {steps[stopped_at][0]}", logs[stopped_at]
+            if stopped_at in (0, index):  # this row's own step, or generate_assignment, failed
+                error, timed_out = _step_error(what, ran, failed_log, limit_s), ran.timed_out
+            else:
+                error, timed_out = f"not graded: the steps stopped at {what} of {steps[stopped_at][1]}", False
+            result = Result(names[student], "grading", TIMED_OUT if timed_out else FAILED, duration, error=error,
+                            traceback=_tail(failed_log) or _tail(process_log), log=str(failed_log.relative_to(out_dir)))
+        results[student] = result
+    return [results[student] for student in (SOLUTION, RELEASED) if student in results]
+
+
+def _read_outcomes(path: Path) -> dict:
+    """{step index: {"ok", "duration_s"}} from the steps' outcomes file (absent or cut short: what is there)."""
+    outcomes = {}
+    try:
+        lines = path.read_text().splitlines()
+    except OSError:
+        return outcomes
+    for line in lines:
+        try:
+            outcome = json.loads(line)
+        except ValueError:
             continue
-        copy_submission(str(course), student, lab.name, str(folder))
-        log = logs_dir / f"{lab.name}-{student}.log"
-        command = [*nbgrader, "autograde", lab.name, "--student", student, "--create", "--force",
-                   f"--ExecutePreprocessor.timeout={int(cell_timeout_s)}",
-                   f"--ExecutePreprocessor.kernel_name={kernel}"]
-        outcome = run_command(command, course, log, timeout_s)
-        duration = outcome.duration_s + (generated.duration_s if student == SOLUTION else 0.0)
-        relative_log = str(log.relative_to(out_dir))
-        if outcome.returncode != 0:
-            results.append(Result(names[student], "grading", TIMED_OUT if outcome.timed_out else FAILED, duration,
-                                  error=_command_error("nbgrader autograde", outcome, log, timeout_s),
-                                  traceback=_tail(log), log=relative_log))
+        outcomes[outcome["step"]] = outcome
+    return outcomes
+
+
+def inject_parameters(folder: Path, parameters: dict, kernel: str) -> list[str]:
+    """Inject ``parameters`` into every notebook in ``folder`` as papermill does (its translation,
+    in a cell tagged ``injected-parameters`` after the one tagged ``parameters``), in place.
+    Returns the names of the notebooks that have no ``parameters`` cell (left unchanged)."""
+    import nbformat
+    from papermill.translators import translate_parameters
+
+    unparameterized = []
+    for path in sorted(Path(folder).glob("*.ipynb")):
+        notebook = nbformat.read(path, as_version=4)
+        tagged = [index for index, cell in enumerate(notebook.cells)
+                  if PARAMETERS_TAG in cell.get("metadata", {}).get("tags", [])]
+        if not tagged:
+            unparameterized.append(path.name)
             continue
-        results.append(_scored_result(names[student], student, course, lab.name, duration, relative_log))
-    return results
+        injected = nbformat.v4.new_code_cell(translate_parameters(kernel, "python", parameters, "Parameters"))
+        injected.metadata["tags"] = [INJECTED_TAG]
+        notebook.cells.insert(tagged[0] + 1, injected)
+        nbformat.write(notebook, path)
+    return unparameterized
+
+
+def _keep_executed_solution(result: Result, autograded: Path, lab: Lab, out_dir: Path) -> None:
+    """Copy the solution's autograded notebooks into the run folder (``solutions/LAB/``, the row's
+    executed notebook) and fail the row at the first cell that raised, as a chapter's row fails
+    (what the score check found, if anything, follows in its error)."""
+    import nbformat
+
+    for path in sorted(autograded.glob("*.ipynb")):
+        executed = out_dir / "solutions" / lab.name / path.name
+        executed.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, executed)
+        result.executed = result.executed or str(executed.relative_to(out_dir))
+        raised = failing_cell(nbformat.read(path, as_version=4))
+        if raised is not None and result.cell is None:
+            scored = result.error
+            result.status, result.executed = FAILED, str(executed.relative_to(out_dir))
+            describe_cell(result, raised)
+            result.error = f"{path.name}: cell {result.cell} raised {result.error}" + (f"; {scored}" if scored else "")
 
 
 def _write_course_config(course: Path, root: Path) -> None:
@@ -197,13 +289,22 @@ def _why_cells_failed(folder: Path) -> dict[tuple[str, str], str]:
     return why
 
 
-def _command_error(what: str, outcome, log: Path, timeout_s: float) -> str:
-    if outcome.timed_out:
-        return f"{what} still running after {timeout_s:g} s (--timeout); stopped"
-    if outcome.returncode is None:
+def _step_error(what: str, ran, log: Path, limit_s: float) -> str:
+    """Why a step failed: stopped (the steps' time limit, an interrupt) or its log's last error line."""
+    if ran.timed_out:
+        return f"{what} still running when the lab's steps reached {limit_s:g} s (--timeout for each); stopped"
+    if ran.returncode is None:
         return f"{what} was stopped (interrupted)"
-    last = [line for line in _tail(log).splitlines() if "ERROR" in line or "Error" in line]
-    return f"{what} exited with status {outcome.returncode}" + (f": {last[-1].strip()}" if last else "")
+    return f"{what} failed: " + (_first_exception(log) or f"exit status {ran.returncode}, see its log")
+
+
+def _first_exception(log: Path) -> str:
+    """The first ``SomeError: message`` line of a log (nbgrader logs the cause, then its own summary), or ''."""
+    try:
+        lines = Path(log).read_text(errors="replace").splitlines()
+    except OSError:
+        return ""
+    return next((line.strip() for line in lines if _EXCEPTION_LINE.match(line.strip())), "")
 
 
 def _tail(path: Path, max_lines: int = 40) -> str:

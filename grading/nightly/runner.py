@@ -9,8 +9,10 @@
 Each notebook runs in its own kernel (papermill, as a subprocess: :mod:`grading.nightly.execute`)
 with ``QUICK``, ``WORLD_SIZE`` and ``BACKEND`` injected after its ``parameters`` cell;
 ``--timeout`` bounds a whole notebook and ``--cell-timeout`` each cell (papermill's execution
-timeout), in seconds. One failure never stops the others. Then each lab is autograded with
-nbgrader (:mod:`grading.nightly.labs`): its solution must score full marks, its release zero.
+timeout), in seconds. One failure never stops the others. Each lab is autograded with nbgrader
+(:mod:`grading.nightly.labs`), the same parameters injected: its solution must run without an
+error and score full marks, its release zero. A graded lab's solution is executed that once
+(by nbgrader, not also by papermill); with ``--no-grading`` papermill executes it.
 
 The run folder (default ``build/nightly/YYYY-MM-DD_HHMMSS/``) receives the executed
 notebooks, ``logs/``, ``report.md``, ``report.html``, ``junit.xml`` and ``results.json``
@@ -122,16 +124,25 @@ def _check_request(parameters: dict, jobs: int, timeout_s: float, cell_timeout_s
 
 
 def _tasks(notebooks: list, labs: list, out_dir: Path, settings: RunSettings, stop: threading.Event) -> list:
-    """One task per notebook (papermill) and one per lab (nbgrader, two rows)."""
+    """One task per notebook (papermill) and one per lab (nbgrader, two rows). A graded lab's
+    solution is executed by its nbgrader task only (:func:`papermill_jobs`)."""
     def run_command(command, cwd, log_path, limit_s):
         return run_watched(command, cwd, log_path, limit_s, env=settings.env, stop=stop)
 
     tasks = [Task(job.name, job.group, (job.name,), partial(_execute_one, job, out_dir, settings, stop))
-             for job in notebooks]
+             for job in papermill_jobs(notebooks, labs)]
     tasks += [Task(f"{lab.name} (nbgrader)", "grading", tuple(row_names(lab).values()),
                    partial(grade_lab, lab, out_dir / "grading", out_dir, run_command, kernel=settings.kernel.name,
-                           cell_timeout_s=settings.cell_timeout_s, timeout_s=settings.timeout_s)) for lab in labs]
+                           cell_timeout_s=settings.cell_timeout_s, timeout_s=settings.timeout_s,
+                           parameters=settings.parameters)) for lab in labs]
     return tasks
+
+
+def papermill_jobs(notebooks: list, labs: list) -> list:
+    """The notebooks papermill executes: all but the solutions of the labs graded with nbgrader,
+    whose autograde executes them (with the same parameters)."""
+    graded = {lab.name for lab in labs if lab.source_dir is not None}
+    return [job for job in notebooks if not (job.group == "solutions" and job.path.parent.name in graded)]
 
 
 def run_nightly(names: list[str] = (), *, root: Path | str = ".", out_dir: Path | str | None = None,
@@ -163,7 +174,8 @@ def run_nightly(names: list[str] = (), *, root: Path | str = ".", out_dir: Path 
         started, clock = datetime.now(), time.monotonic()
         out_dir = prepare_out_dir(None if out_dir is None else Path(out_dir), root, started)
         settings = RunSettings(parameters, kernel_choice, timeout_s, cell_timeout_s, subprocess_env(kernel_choice))
-        stream.write(f"course nightly: {len(notebooks)} notebook(s), {len(labs)} lab(s) to grade, "
+        stream.write(f"course nightly: {len(papermill_jobs(notebooks, labs))} notebook(s), {len(labs)} lab(s) to "
+                     f"grade (each solution executed by its autograde), "
                      f"{' '.join(f'{k}={v}' for k, v in parameters.items())}, {jobs} at a time -> {out_dir}\n")
         stop = threading.Event()  # set on Ctrl-C: every running command is stopped
         results, interrupted, environment = _run_with_environment(
@@ -319,8 +331,9 @@ def main(args) -> int:
 
 
 def _list(root: Path) -> int:
-    for job in discover_notebooks(root):
+    labs = discover_labs(root)
+    for job in papermill_jobs(discover_notebooks(root), labs):
         print(job.name)
-    for lab in discover_labs(root):
+    for lab in labs:
         print(f"{lab.name} (nbgrader)")
     return 0
