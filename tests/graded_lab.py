@@ -32,6 +32,7 @@ class GradedLab:
         self.attacks_dir = os.path.join(REPO, "tests", "fixtures", "attacks", name)
         self.rank_timeout_s = rank_timeout_s
         self.given_cells = tuple(given_cells)
+        self._references: dict = {}
 
     # ----- what the lab is made of
 
@@ -112,12 +113,24 @@ class GradedLab:
             if tests is not None and test not in tests:
                 continue
             objects = {name: namespace[name] for name in spec.objects}
-            verdict = engine.run_test(self.name, test, list(objects), client.dumps(objects), {},
-                                      rank_timeout_s=rank_timeout_s or self.rank_timeout_s, backend="gloo", seed=5)
+            verdict = engine.judge_against(self.reference(test, seed=5), self.name, test, list(objects),
+                                           client.dumps(objects), {}, backend="gloo",
+                                           rank_timeout_s=rank_timeout_s or self.rank_timeout_s)
             assert not verdict.judge_error, verdict.lines
             if not verdict.passed:
                 lost.add(test)
         return lost
+
+    def reference(self, test: str, seed: int) -> engine.ReferenceRun:
+        """What the reference did on hidden test ``test``'s cases from ``seed`` (``engine.run_reference``),
+        launched once per test process: its results depend on the cases alone, so every fixture of the
+        lab is judged against the same run, as ``engine.run_test`` would judge it against a new one."""
+        if (test, seed) not in self._references:
+            reference = engine.run_reference(self.name, test, rank_timeout_s=self.rank_timeout_s, backend="gloo",
+                                             seed=seed)
+            assert not isinstance(reference, engine.Verdict), reference.lines
+            self._references[(test, seed)] = reference
+        return self._references[(test, seed)]
 
     def grade_through_nbgrader(self, tmp_path, fixtures, max_points: int):
         """Grade the solution, the release and ``fixtures`` (attacks too) with real nbgrader, in

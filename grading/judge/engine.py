@@ -137,28 +137,76 @@ def load_lab(lab: str):
     return importlib.import_module(f"grading.judge.{lab}")
 
 
+@dataclass
+class ReferenceRun:
+    """What the reference did on a hidden test's cases (:func:`run_reference`): per rank its results
+    (``RankResults``, with the bytes its ranks sent each other) and the seconds its launch took."""
+
+    cases: list
+    results: list
+    seconds: float
+
+
 def run_test(lab: str, test: str, names: list, blob: bytes, sources: dict, *,
              rank_timeout_s: float, backend: str = "gloo", seed: int | None = None) -> Verdict:
-    """Judge ``blob`` (the submission's pickled objects) on the hidden test ``test`` of ``lab``."""
-    module = load_lab(lab)
-    spec = module.TESTS.get(test)
+    """Judge ``blob`` (the submission's pickled objects) on the hidden test ``test`` of ``lab``:
+    :func:`run_reference` on new cases (from ``seed``, random when None), then :func:`judge_against`."""
+    spec = _spec(lab, test)
+    missing = _missing_objects(test, spec, names)
+    if missing:
+        return missing
+    reference = run_reference(lab, test, rank_timeout_s=rank_timeout_s, backend=backend, seed=seed)
+    if isinstance(reference, Verdict):
+        return reference
+    return judge_against(reference, lab, test, names, blob, sources, rank_timeout_s=rank_timeout_s, backend=backend)
+
+
+def _spec(lab: str, test: str) -> TestSpec:
+    """The spec of hidden test ``test`` of ``lab``; ValueError naming the lab's tests when it has none such."""
+    spec = load_lab(lab).TESTS.get(test)
     if spec is None:
-        raise ValueError(f"{lab} has no hidden test {test!r}: choose one of {', '.join(module.TESTS)}")
+        raise ValueError(f"{lab} has no hidden test {test!r}: choose one of {', '.join(load_lab(lab).TESTS)}")
+    return spec
+
+
+def _missing_objects(test: str, spec: TestSpec, names: list) -> Verdict | None:
+    """A failing verdict when ``names`` lacks an object the test needs; None when nothing is missing."""
     missing = [name for name in spec.objects if name not in names]
     if missing:
         return Verdict(test, spec.title, False, [f"✗ the grader needs {', '.join(missing)} and did not receive it"])
+    return None
+
+
+def run_reference(lab: str, test: str, *, rank_timeout_s: float, backend: str = "gloo",
+                  seed: int | None = None) -> ReferenceRun | Verdict:
+    """The cases of hidden test ``test`` (from ``seed``, random when None) and what the reference did
+    on them, in ranks of its own (no submission code ever runs beside its results); a judge-error
+    :class:`Verdict` when the reference failed."""
+    spec = _spec(lab, test)
     generator = torch.Generator().manual_seed(seed if seed is not None else int.from_bytes(os.urandom(7), "big"))
     cases = spec.make_cases(generator)
     started = time.monotonic()
-    try:  # the reference first, in ranks of its own: no submission code ever runs beside its results
-        reference = launch_reference(lab, test, cases, rank_timeout_s=max(rank_timeout_s, REFERENCE_TIMEOUT_S),
-                                     backend=backend)
+    try:
+        results = launch_reference(lab, test, cases, rank_timeout_s=max(rank_timeout_s, REFERENCE_TIMEOUT_S),
+                                   backend=backend)
     except (LaunchError, rankside.JudgeFailed) as exc:
         return Verdict(test, spec.title, False, [f"✗ judge error: the reference failed on rank "
                                                  f"{getattr(exc, 'rank', '?')}: {str(exc)[-2000:]}"], judge_error=True)
-    rank_timeout_s = submission_timeout_s(rank_timeout_s, time.monotonic() - started)
+    return ReferenceRun(cases, results, time.monotonic() - started)
+
+
+def judge_against(reference: ReferenceRun, lab: str, test: str, names: list, blob: bytes, sources: dict, *,
+                  rank_timeout_s: float, backend: str = "gloo") -> Verdict:
+    """Judge ``blob`` on the cases of ``reference`` (:func:`run_reference` of the same test), in a launch of
+    its own, and compare; its ranks may run ``submission_timeout_s`` of the reference's seconds."""
+    spec = _spec(lab, test)
+    missing = _missing_objects(test, spec, names)
+    if missing:
+        return missing
+    rank_timeout_s = submission_timeout_s(rank_timeout_s, reference.seconds)
     try:
-        student = launch_submission(lab, test, cases, blob, sources, rank_timeout_s=rank_timeout_s, backend=backend)
+        student = launch_submission(lab, test, reference.cases, blob, sources, rank_timeout_s=rank_timeout_s,
+                                    backend=backend)
     except rankside.StudentCodeFailed as exc:
         where = f"rank {exc.rank}" if hasattr(exc, "rank") else "your ranks"
         return Verdict(test, spec.title, False, [f"✗ {where}: {exc}"])
@@ -168,10 +216,10 @@ def run_test(lab: str, test: str, names: list, blob: bytes, sources: dict, *,
         return Verdict(test, spec.title, False, [f"✗ a rank died while running your code: {_first_sentence(exc)}"])
     except LaunchError as exc:
         return Verdict(test, spec.title, False, [f"✗ the ranks failed: {_first_sentence(exc)}"])
-    verdict = compare(test, spec, cases, merge(reference, student))
-    problem = traffic_problem(reference.loopback_bytes, student.loopback_bytes)
-    if reference.loopback_bytes is not None:  # the judge's log (course grade's --log), for the instructor
-        print(f"{lab} {test}: loopback bytes: reference {reference.loopback_bytes}, "
+    verdict = compare(test, spec, reference.cases, merge(reference.results, student))
+    problem = traffic_problem(reference.results.loopback_bytes, student.loopback_bytes)
+    if reference.results.loopback_bytes is not None:  # the judge's log (course grade's --log), for the instructor
+        print(f"{lab} {test}: loopback bytes: reference {reference.results.loopback_bytes}, "
               f"submission {student.loopback_bytes}", flush=True)
     if problem:
         verdict.passed = False
