@@ -135,7 +135,9 @@ def test_the_judges_ranks_run_in_the_cgroup_and_a_hog_among_them_is_killed(tmp_p
         done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=240)
         lines = done.stdout.splitlines()
         assert lines[:1] == ["True"] and len(lines) > 1, done.stdout + done.stderr[-2000:]
-        assert lines[1].startswith("died: rank ") and "stopped at the memory cap (1.5 GiB" in lines[1], \
+        # the kernel's out-of-memory killer picks a hog rank or, now and then, their rank template:
+        # either way the launch says the memory cap stopped the ranks
+        assert lines[1].startswith("died: ") and "stopped at the memory cap (1.5 GiB" in lines[1], \
             done.stdout + done.stderr[-2000:]
         assert made.out_of_memory_kills() >= 1
     finally:

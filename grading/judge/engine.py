@@ -12,7 +12,6 @@ import os
 import pickle
 import re
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -24,6 +23,7 @@ from labutils.ranks.errors import LaunchError, RankDiedError, RankTimeoutError
 from grading.judge import rankside, shipping
 from grading.judge.handoff import Reload, run_stages
 from grading.judge.loopback import traffic_problem
+from grading.judge.rank_messages import restricted_unpickling
 from grading.judge.perrank import RankResults, launch_each
 
 # Captured once, before any request: what the judge computes and compares with.
@@ -320,47 +320,6 @@ def launch_submission(lab: str, test: str, cases: list, blob: bytes, sources: di
                 raise _with_rank(rankside.StudentCodeFailed(str(result.get("failed", "no results"))), rank)
         return results
     return run_stages(spec, cases, launch, split_by_rank(spec, cases), "student")
-
-
-# ----- what a submission's ranks send back -------------------------------------------------------------
-# labutils pickles every message between a rank and its caller (results, exceptions, its wire
-# frames): unpickled with pickle's full powers, bytes crafted by code on a rank would run code here,
-# in the judge. While a submission's ranks run, the judge unpickles their messages with an
-# unpickler that can rebuild builtin values and the judge's own exception, nothing else.
-
-#: (module, name) of the only classes a message from a submission's ranks may rebuild: none (their
-#: harness returns bytes, and says what went wrong in them).
-SAFE_GLOBALS = frozenset()
-
-
-class _RankMessageUnpickler(pickle.Unpickler):
-    def find_class(self, module, name):
-        if (module, name) in SAFE_GLOBALS:
-            return super().find_class(module, name)
-        raise pickle.UnpicklingError(f"{module}.{name} may not be rebuilt from what a submission's ranks send")
-
-
-def _restricted_loads(data, /, *, fix_imports=True, encoding="ASCII", errors="strict", buffers=()):
-    return _RankMessageUnpickler(io.BytesIO(data), fix_imports=fix_imports, encoding=encoding, errors=errors,
-                                 buffers=buffers).load()
-
-
-@contextmanager
-def restricted_unpickling():
-    """Within the block, ``pickle.loads`` (and cloudpickle's, the same function, which labutils
-    calls through the module) rebuilds builtin values and ``SAFE_GLOBALS`` only. An exception it
-    refuses reaches the caller as labutils' ``RankError``, with the rank's message as text."""
-    import cloudpickle
-
-    owners = [(pickle, "loads"), (cloudpickle, "loads"), (getattr(cloudpickle, "cloudpickle", None), "loads")]
-    saved = [(owner, name, getattr(owner, name)) for owner, name in owners if hasattr(owner, name)]
-    for owner, name, _ in saved:
-        setattr(owner, name, _restricted_loads)
-    try:
-        yield
-    finally:
-        for owner, name, original in saved:
-            setattr(owner, name, original)
 
 
 def merge(reference: list, student: list) -> list:

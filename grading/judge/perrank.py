@@ -8,10 +8,11 @@ control socket (``labutils.Pool.run_each``).
 from __future__ import annotations
 
 import os
+import signal
 
 from labutils.ranks._starters import RANK_WRAPPER_ENV
 from labutils.ranks.call_args import validate_world_size
-from labutils.ranks.errors import RankDiedError
+from labutils.ranks.errors import RankDiedError, TemplateExitedError
 from labutils.ranks.pool import Pool
 
 from grading.judge.loopback import LoopbackMeter
@@ -54,14 +55,18 @@ def launch_each(fn, args_of_rank: list, *, backend: str = "gloo", timeout: float
 
 def _run_each(pool: Pool, fn, args_of_rank: list, timeout: float) -> list:
     """``pool.run_each``; a rank that the out-of-memory killer of ``memory_cgroup`` stopped is said to be
-    (``RankDiedError``), where it would only show as SIGKILL."""
+    (``RankDiedError``), where it would only show as SIGKILL, and so is the rank template when the
+    killer chose it (all the ranks then end with it)."""
     __tracebackhide__ = True
     kills = memory_cgroup.out_of_memory_kills() if memory_cgroup else 0
     try:
         return pool.run_each(fn, args_of_rank, timeout)
-    except RankDiedError as exc:
+    except (RankDiedError, TemplateExitedError) as exc:
         if memory_cgroup is None or memory_cgroup.out_of_memory_kills() == kills:
             raise
-        raise RankDiedError(f"rank {exc.rank} was stopped at the memory cap ({memory_cgroup.limit_bytes / 2**30:.1f} GiB "
-                            "for the submission's processes together): it used more memory than that",
+        cap = f"the memory cap ({memory_cgroup.limit_bytes / 2**30:.1f} GiB for the submission's processes together)"
+        if isinstance(exc, TemplateExitedError):  # the killer chose the process that forks the ranks
+            raise RankDiedError(f"the ranks were stopped at {cap}, with the process that starts them: they used more "
+                                "memory than that", 0, None, signal.SIGKILL) from None
+        raise RankDiedError(f"rank {exc.rank} was stopped at {cap}: it used more memory than that",
                             exc.rank, exc.exitcode, exc.signal) from None

@@ -124,8 +124,15 @@ def grade_lab(lab: Lab, workdir: Path, out_dir: Path, run_command, *, kernel: st
     limit_s = timeout_s * len(steps)  # --timeout for each step
     ran = run_command([sys.executable, "-m", "grading.nightly.nbgrader_steps", json.dumps(spec)], course,
                       process_log, limit_s)
-    outcomes = _read_outcomes(outcomes_path)
+    return _rows(lab, steps, logs, _read_outcomes(outcomes_path), ran, problems, course, out_dir, limit_s,
+                 process_log)
 
+
+def _rows(lab: Lab, steps: list, logs: list, outcomes: dict, ran, problems: dict, course: Path, out_dir: Path,
+          limit_s: float, process_log: Path) -> list[Result]:
+    """The lab's two report rows from what its nbgrader steps did (``outcomes``: step index -> outcome) and
+    how their process ended (``ran``); a row whose step did not succeed says why."""
+    names = row_names(lab)
     results = {student: Result(names[student], "grading", FAILED, 0.0, error=problems[student])
                for student in problems}
     recorded_s = sum(outcome["duration_s"] for outcome in outcomes.values())

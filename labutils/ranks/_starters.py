@@ -21,6 +21,7 @@ import time
 
 from labutils.ranks import _wire
 from labutils.ranks._messages import RankExited, SignalRanks, Spawn, Spawned, TemplateHello
+from labutils.ranks.errors import TemplateExitedError
 
 #: Environment variable: a JSON list of words put before the rank template's command line (a
 #: sandbox such as ``bwrap ... --``), so every rank of this process runs inside it. Unset: none.
@@ -137,7 +138,7 @@ class TemplateStarter(_ExitBook):
                 self._sock.settimeout(None)
             if not data:
                 code = self._process.wait(timeout=5)
-                raise RuntimeError(f"the rank template exited unexpectedly (exit status {code})")
+                raise TemplateExitedError(f"the rank template exited unexpectedly (exit status {code})")
             self._book(self._reader.feed(data))
 
     def _book(self, messages) -> None:
@@ -168,7 +169,7 @@ class TemplateStarter(_ExitBook):
         except BlockingIOError:
             return
         if not data:
-            raise RuntimeError("the rank template exited unexpectedly")
+            raise TemplateExitedError("the rank template exited unexpectedly")
         self._book(self._reader.feed(data))
 
     def kill(self, pids, sig: int = signal.SIGKILL) -> None:

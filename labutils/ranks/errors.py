@@ -34,6 +34,11 @@ class RankDiedError(LaunchError):
         self.signal = signal
 
 
+class TemplateExitedError(LaunchError):
+    """The rank template (the interpreter that forks the ranks) ended while ranks were starting or
+    running; its ranks went with it."""
+
+
 class RankTimeoutError(LaunchError, TimeoutError):
     """Some ranks did not finish before the deadline.
 
