@@ -44,7 +44,7 @@ class Result:
     among the cells of the source notebook, markdown cells included; ``execution_count``
     is the ``In [n]`` the executed notebook shows for it. ``executed`` is the executed
     notebook's path relative to the run folder. ``score`` is ``(points, max_points)`` for
-    grading rows.
+    grading rows. ``started`` is when the row's task began (ISO 8601, local time, microseconds).
     """
 
     name: str
@@ -61,6 +61,7 @@ class Result:
     score: tuple[float, float] | None = None
     notes: list[str] = field(default_factory=list)
     previous_duration_s: float | None = None
+    started: str | None = None
 
     def __post_init__(self):
         if self.status not in STATUSES:

@@ -249,11 +249,14 @@ def _run_tasks(tasks: list[Task], jobs: int, progress: Progress, stop: threading
 
     def run_one(task: Task) -> list[Result]:
         progress.started(task.label)
+        started = datetime.now().isoformat(timespec="microseconds")
         try:
             results = task.run()
         except Exception as exc:  # a bug in the runner for one notebook must not lose the whole night's report
             results = [Result(task.label, task.group, FAILED, 0.0, error=f"course nightly failed on this: {exc!r}",
                               traceback="".join(traceback_module.format_exception(exc)))]
+        for result in results:
+            result.started = started
         progress.finished(task.label, results)
         return results
 
