@@ -15,7 +15,6 @@ from __future__ import annotations
 import atexit
 import os
 import shutil
-import sys
 import tempfile
 import threading
 
@@ -76,12 +75,12 @@ def seed_gradebook(course_dir: str) -> str:
 
 def _make_empty_gradebook() -> str:
     """A new gradebook in a folder removed when this process exits; its path. nbgrader runs ``alembic``
-    from PATH: this interpreter's bin/ (where pip put it) goes first on PATH if it is not there."""
+    from PATH: this process's PATH becomes ``nbgrader_environment``'s (this interpreter's bin/ first)."""
     from nbgrader.api import Gradebook
 
-    bin_dir = os.path.dirname(sys.executable)
-    if bin_dir not in os.environ.get("PATH", "").split(os.pathsep):
-        os.environ["PATH"] = os.pathsep.join([bin_dir, os.environ.get("PATH", "")])
+    from grading.autograder.nbgrader_cli import nbgrader_environment
+
+    os.environ["PATH"] = nbgrader_environment()["PATH"]
     folder = tempfile.mkdtemp(prefix="empty-gradebook-")
     atexit.register(shutil.rmtree, folder, True)
     made = os.path.join(folder, "gradebook.db")

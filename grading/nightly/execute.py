@@ -181,13 +181,14 @@ def source_excerpt(source: str, line: int | None, context: int = 2, max_lines: i
     return "\n".join(excerpt)
 
 
+def exception_lines(log_text: str) -> list[str]:
+    """The ``SomeError: message`` lines of a log, stripped, in order."""
+    return [line.strip() for line in log_text.splitlines() if _EXCEPTION_LINE.match(line.strip())]
+
+
 def _last_exception_line(log_text: str) -> str:
     """The last ``SomeError: message`` line of a log (papermill's own failure), or ''."""
-    for line in reversed(log_text.splitlines()):
-        match = _EXCEPTION_LINE.match(line.strip())
-        if match:
-            return line.strip()
-    return ""
+    return (exception_lines(log_text) or [""])[-1]
 
 
 if __name__ == "__main__":  # the subprocess execute_notebook() starts for each notebook

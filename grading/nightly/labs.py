@@ -31,17 +31,14 @@ papermill.
 from __future__ import annotations
 
 import json
-import re
 import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from grading.autograder.course import copy_source, copy_submission, seed_gradebook, write_course_config
-from grading.nightly.execute import INJECTED_TAG, PARAMETERS_TAG, describe_cell, failing_cell
+from grading.nightly.execute import INJECTED_TAG, PARAMETERS_TAG, describe_cell, exception_lines, failing_cell
 from grading.nightly.report import FAILED, PASSED, TIMED_OUT, Result
-
-_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception): ")
 
 #: the two submissions graded per lab: (student id, the score the check expects)
 SOLUTION, RELEASED = "solution", "released"
@@ -297,7 +294,7 @@ def _why_cells_failed(folder: Path) -> dict[tuple[str, str], str]:
 
 
 def _step_error(what: str, ran, log: Path, limit_s: float) -> str:
-    """Why a step failed: stopped (the steps' time limit, an interrupt) or its log's last error line."""
+    """Why a step failed: stopped (the steps' time limit, an interrupt) or its log's first exception line."""
     if ran.timed_out:
         return f"{what} still running when the lab's steps reached {limit_s:g} s (--timeout for each); stopped"
     if ran.returncode is None:
@@ -308,10 +305,9 @@ def _step_error(what: str, ran, log: Path, limit_s: float) -> str:
 def _first_exception(log: Path) -> str:
     """The first ``SomeError: message`` line of a log (nbgrader logs the cause, then its own summary), or ''."""
     try:
-        lines = Path(log).read_text(errors="replace").splitlines()
+        return (exception_lines(Path(log).read_text(errors="replace")) or [""])[0]
     except OSError:
         return ""
-    return next((line.strip() for line in lines if _EXCEPTION_LINE.match(line.strip())), "")
 
 
 def _tail(path: Path, max_lines: int = 40) -> str:

@@ -25,6 +25,7 @@ import os
 import sys
 import time
 import traceback
+from contextlib import contextmanager
 
 
 def run_steps(spec: dict) -> int:
@@ -58,28 +59,25 @@ def run_steps(spec: dict) -> int:
     return 0
 
 
-class _output_to:
+@contextmanager
+def _output_to(path: str):
     """Within the block, file descriptors 1 and 2 (this process's stdout and stderr, and what the
     kernels it starts inherit) write to ``path``; restored after."""
-
-    def __init__(self, path: str):
-        self.path = path
-
-    def __enter__(self):
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    try:
+        yield
+    finally:
         sys.stdout.flush()
         sys.stderr.flush()
-        self.saved = [os.dup(1), os.dup(2)]
-        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        os.dup2(fd, 1)
-        os.dup2(fd, 2)
-        os.close(fd)
-
-    def __exit__(self, *exc):
-        sys.stdout.flush()
-        sys.stderr.flush()
-        for target, saved in zip((1, 2), self.saved):
-            os.dup2(saved, target)
-            os.close(saved)
+        for target, fd in zip((1, 2), saved):
+            os.dup2(fd, target)
+            os.close(fd)
 
 
 if __name__ == "__main__":
