@@ -20,6 +20,8 @@ import stat
 import subprocess
 import time
 
+from free_ports import free_port
+
 #: The node is named after this host, so the hub reaches a server at the name Slurm reports.
 NODE = socket.gethostname().split(".")[0]
 PARTITION = "course"
@@ -39,12 +41,6 @@ def missing() -> str:
     if os.geteuid() != 0:
         return "the test Slurm cluster runs its daemons as root (slurmd starts jobs as their user)"
     return ""
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _daemon(name: str) -> str:
@@ -80,7 +76,7 @@ class SlurmCluster:
             "ClusterName=course", f"SlurmctldHost={NODE}(127.0.0.1)", "MailProg=/bin/true",
             "SlurmUser=root", "SlurmdUser=root", "AuthType=auth/munge", "CredType=cred/munge",
             f"AuthInfo=socket={self.path('munge', 'socket')}",
-            f"SlurmctldPort={_free_port()}", f"SlurmdPort={_free_port()}",
+            f"SlurmctldPort={free_port()}", f"SlurmdPort={free_port()}",
             f"StateSaveLocation={self.path('state')}", f"SlurmdSpoolDir={self.path('spool')}",
             f"SlurmctldPidFile={self.path('slurmctld.pid')}", f"SlurmdPidFile={self.path('slurmd.pid')}",
             f"SlurmctldLogFile={self.path('log', 'slurmctld.log')}", f"SlurmdLogFile={self.path('log', 'slurmd.log')}",

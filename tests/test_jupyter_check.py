@@ -14,7 +14,6 @@ import json
 import os
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -25,6 +24,7 @@ from pathlib import Path
 import nbformat
 import psutil
 import pytest
+from free_ports import free_port
 
 from labutils.command import jupyter_check
 from labutils.command.jupyter_check import COURSE_JUPYTER_CONFIG, NotebookOutsideRoot, resolve_inside, run_check
@@ -160,10 +160,7 @@ def server(tmp_path_factory):
     env = {**os.environ, "JUPYTER_CONFIG_PATH": str(ROOT / "labutils" / "data" / "jupyter")}
     for name in ("JUPYTER_CONFIG_DIR", "JUPYTER_DATA_DIR", "JUPYTER_RUNTIME_DIR"):
         env[name] = str(state / name.lower())
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    token = secrets.token_hex(8)
+    port, token = free_port(), secrets.token_hex(8)
     log = open(state / "server.log", "wb")
     process = subprocess.Popen(
         [sys.executable, "-m", "jupyter_server", f"--ServerApp.root_dir={root}", "--ServerApp.ip=127.0.0.1",

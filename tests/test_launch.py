@@ -13,6 +13,7 @@ import time
 import pytest
 import torch
 import torch.distributed as dist
+from free_ports import free_port
 
 import labutils
 from labutils import RankDiedError, RankError, RankTimeoutError
@@ -499,11 +500,7 @@ def test_spawn_start_method_works_without_fork(tmp_path):
 
 @pytest.mark.slow
 def test_torchrun_two_nodes_on_localhost(tmp_path):
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     output = tmp_path / "results.pt"
     torchrun = [sys.executable, "-m", "torch.distributed.run"]
     common = ["--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d",

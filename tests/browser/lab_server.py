@@ -17,7 +17,6 @@ import os
 import re
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -25,6 +24,8 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+
+from free_ports import free_port
 
 #: Seconds the server may take to answer /api/status after start (2 busy cores: about 5 s).
 START_TIMEOUT_S = 90.0
@@ -43,13 +44,6 @@ USER_SETTINGS = {
     },
     "@jupyterlab/notebook-extension/tracker.jupyterlab-settings": {"windowingMode": "none"},
 }
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def throwaway_environment(state_dir: Path) -> dict[str, str]:

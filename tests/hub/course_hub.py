@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 import stat
 import subprocess
 import tempfile
@@ -11,6 +10,8 @@ import time
 import urllib.request
 from contextlib import contextmanager
 from pathlib import Path
+
+from free_ports import free_port_block
 
 REPO = Path(__file__).resolve().parents[2]
 #: Throwaway accounts, named apart from any other test's so runs side by side do not meet.
@@ -26,26 +27,6 @@ HUB_VENV = Path("/var/tmp/course-hub-environment")
 HUB_START_TIMEOUT_S = 1200
 
 
-def _free_port_block(size: int = 3) -> int:
-    """A port p with p .. p + size - 1 all free on 127.0.0.1."""
-    for _ in range(50):
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            base = probe.getsockname()[1]
-        if base + size < 65535 and all(_free(base + k) for k in range(size)):
-            return base
-    raise RuntimeError("no block of free ports")
-
-
-def _free(port: int) -> bool:
-    with socket.socket() as probe:
-        try:
-            probe.bind(("127.0.0.1", port))
-            return True
-        except OSError:
-            return False
-
-
 def readme_class_flow() -> tuple[str, str]:
     """The README's class commands: (before the students hand in, after), as written there."""
     readme = (REPO / "README.md").read_text()
@@ -59,7 +40,7 @@ class Hub:
 
     def __init__(self, workdir: Path, passwords: dict):
         self.workdir, self.passwords = workdir, passwords
-        self.port = _free_port_block()
+        self.port = free_port_block(3)  # the hub, its API and the proxy's API
         self.url = f"http://127.0.0.1:{self.port}"
         self.exchange = workdir / "exchange"
         self.class_dir = workdir / "class"
