@@ -256,3 +256,31 @@ def test_the_summary_table_has_the_parts_columns_when_the_first_student_was_refu
     assert lines[0].split() == ["student", "score", "test_f"]
     assert lines[1].split()[:3] == ["aaron", "0/2", "-"] and lines[1].endswith("!")
     assert "  aaron: lab.ipynb is not JSON: not graded (scores zero)" in lines
+
+
+def _schema_and_version(path: str) -> tuple:
+    import sqlite3
+    from contextlib import closing
+
+    with closing(sqlite3.connect(path)) as db:
+        schema = sorted(db.execute("SELECT type, name, sql FROM sqlite_master"))
+        version = db.execute("SELECT version_num FROM alembic_version").fetchall()
+        courses = db.execute("SELECT id FROM course").fetchall()
+    return schema, version, courses
+
+
+def test_a_seeded_gradebook_is_the_one_nbgrader_makes_itself(tmp_path, monkeypatch):
+    """The course folders' empty gradebook (made without nbgrader's ``alembic heads`` process) has
+    nbgrader's tables and the schema revision nbgrader's own ``alembic`` command names."""
+    from nbgrader.api import Gradebook
+
+    from grading.autograder.course import seed_gradebook
+    from grading.autograder.nbgrader_cli import nbgrader_environment
+
+    seeded = seed_gradebook(str(tmp_path / "course"))
+    monkeypatch.setenv("PATH", nbgrader_environment()["PATH"])
+    with Gradebook(f"sqlite:///{tmp_path / 'by_nbgrader.db'}"):
+        pass
+    ours, theirs = _schema_and_version(seeded), _schema_and_version(str(tmp_path / "by_nbgrader.db"))
+    assert ours == theirs and len(ours[1]) == 1 and ours[0]
+    assert seed_gradebook(str(tmp_path / "course")) == seeded  # an existing gradebook is kept
