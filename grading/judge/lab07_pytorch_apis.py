@@ -14,6 +14,8 @@ reference for the earlier ones.
 """
 from __future__ import annotations
 
+import contextlib
+
 import torch
 
 from labutils.kernels.transformer import TinyTransformer, TransformerConfig, next_token_loss
@@ -307,11 +309,19 @@ def _checkpoint_expected(case, data):
             for rank in range(dp * case.params["tp"])]
 
 
-def _folder(run, name: str) -> str:
-    """A fresh folder of this rank's own (in its private folder when the rank is isolated)."""
+@contextlib.contextmanager
+def _scratch_folder(run, name: str):
+    """A fresh folder of this rank's own (in its private folder when the rank is isolated), removed
+    with what is in it when the block ends: the reference's ranks, and the judge's own when it runs
+    without a sandbox, would otherwise leave every checkpoint in the system's temporary folder."""
+    import shutil
     import tempfile
 
-    return tempfile.mkdtemp(prefix=f"{name}-", dir=run.private_folder)
+    folder = tempfile.mkdtemp(prefix=f"{name}-", dir=run.private_folder)
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)  # what the submission made unremovable goes with its sandbox
 
 
 def _save_run(objects, case, run):
@@ -323,14 +333,14 @@ def _save_run(objects, case, run):
     rows = slice(mesh["dp"].get_local_rank() * BATCH, (mesh["dp"].get_local_rank() + 1) * BATCH)
     next_token_loss(model(run.tensor("tokens")[rows]), run.tensor("targets")[rows]).backward()
     optimizer.step()
-    folder = _folder(run, "checkpoint")
-    objects["save_checkpoint"](model, optimizer, folder)
     files = {}
-    for where, _, names in os.walk(folder):
-        for name in names:
-            with open(os.path.join(where, name), "rb") as f:
-                files[os.path.relpath(os.path.join(where, name), folder)] = torch.frombuffer(bytearray(f.read()),
-                                                                                            dtype=torch.uint8)
+    with _scratch_folder(run, "checkpoint") as folder:
+        objects["save_checkpoint"](model, optimizer, folder)
+        for where, _, names in os.walk(folder):
+            for name in names:
+                with open(os.path.join(where, name), "rb") as f:
+                    files[os.path.relpath(os.path.join(where, name), folder)] = torch.frombuffer(
+                        bytearray(f.read()), dtype=torch.uint8)
     return {"grads": {}, "files": files, "comm": run.comm, "comm_bytes": run.comm_bytes}
 
 
@@ -344,16 +354,16 @@ def _momentum(optimizer, parameter):
 def _load_run(objects, case, run):
     import os
 
-    folder = _folder(run, "loaded")
-    for path, content in run.tensors("files").items():
-        os.makedirs(os.path.dirname(os.path.join(folder, path)), exist_ok=True)
-        with open(os.path.join(folder, path), "wb") as f:
-            f.write(content.cpu().numpy().tobytes())
     dp, tp = case.params["dp"], case.params["tp"]
     model, mesh = _model(run, (dp, tp))
     objects["parallelize"](model, mesh)
     optimizer = torch.optim.SGD(model.parameters(), lr=LEARNING_RATE, momentum=MOMENTUM)
-    objects["load_checkpoint"](model, optimizer, folder)
+    with _scratch_folder(run, "loaded") as folder:
+        for path, content in run.tensors("files").items():
+            os.makedirs(os.path.dirname(os.path.join(folder, path)), exist_ok=True)
+            with open(os.path.join(folder, path), "wb") as f:
+                f.write(content.cpu().numpy().tobytes())
+        objects["load_checkpoint"](model, optimizer, folder)
     values = {SHARED_WRITING: _each_rank_wrote_its_share(run.tensor("bytes written by each rank"))}
     values.update({f"{name} as loaded": _full(p).detach().cpu().to(torch.float64) for name, p in model.named_parameters()})
     values.update({f"momentum of {name} as loaded": _momentum(optimizer, p) for name, p in model.named_parameters()})
