@@ -170,7 +170,7 @@ def run_timed_chapters(world_size: int, timeout_s: float) -> dict:
                str(world_size), "--backend", "nccl", "--no-grading", "-j", "1", "--out", str(out)]
     done = run_step(command, timeout_s)
     return {"command": f"course nightly {' '.join(TIMED_CHAPTERS)} --quick --world-size {world_size} --backend nccl",
-            "returncode": done["returncode"], "summary": done["last_line"]}
+            "returncode": done["returncode"], "summary": done["last_line"] + _removed_unless_failed(out, done)}
 
 
 def run_lab2_judge(gpus: int, timeout_s: float) -> dict:
@@ -186,7 +186,16 @@ def run_lab2_judge(gpus: int, timeout_s: float) -> dict:
     done = run_step([sys.executable, "-m", "grading", "grade", "lab02_collectives", str(submissions),
                      "--backend", "nccl", "--course-dir", str(submissions / "course")], timeout_s)
     return {"command": "course grade lab02_collectives <the solution> --backend nccl",
-            "returncode": done["returncode"], "summary": done["last_line"]}
+            "returncode": done["returncode"], "summary": done["last_line"] + _removed_unless_failed(submissions, done)}
+
+
+def _removed_unless_failed(folder: Path, done: dict) -> str:
+    """Remove a step's working ``folder`` when the step passed (``run_step``'s ``done``); otherwise
+    keep it, to read what failed, and return the words that say where it is ("" when removed)."""
+    if done["returncode"] == 0:
+        shutil.rmtree(folder, ignore_errors=True)
+        return ""
+    return f" (its files are kept in {folder})"
 
 
 def _fraction(value, peak) -> str:

@@ -52,26 +52,35 @@ def measure(lab: str, repeats: int) -> list:
 
 def main(argv=None) -> int:
     from grading.judge import engine
-    from grading.judge.loopback import TRAFFIC_ATOL_BYTES, TRAFFIC_RTOL
     from grading.judge.server import sandbox_ranks
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--labs", nargs="*", default=engine.available_labs())
     parser.add_argument("--repeats", type=int, default=2, help="runs of each test, with other cases (default 2)")
     options = parser.parse_args(argv)
-    sandbox_ranks(tempfile.mkdtemp(prefix="judge-traffic-"), "gloo", 0)
+    with tempfile.TemporaryDirectory(prefix="judge-traffic-") as scratch:
+        sandbox_ranks(scratch, "gloo", 0)
+        worst = report(options.labs, options.repeats)
+    print(f"largest difference: {worst:.3f} of the slack")
+    return 0 if worst < 1 else 1
+
+
+def report(labs: list, repeats: int) -> float:
+    """Print each test's loopback bytes, the reference's and the solution's, against the slack;
+    returns the largest difference as a fraction of the slack."""
+    from grading.judge.loopback import TRAFFIC_ATOL_BYTES, TRAFFIC_RTOL
+
     worst = 0.0
     print(f"slack = {TRAFFIC_ATOL_BYTES:,} B + {TRAFFIC_RTOL:.0%} of the reference's bytes")
     print(f"{'lab':26} {'test':34} {'reference B':>12} {'solution B':>12} {'diff B':>8} {'of slack':>8}")
-    for lab in options.labs:
-        for test, reference, solution in measure(lab, options.repeats):
+    for lab in labs:
+        for test, reference, solution in measure(lab, repeats):
             if reference is None or solution is None:
                 raise SystemExit("the loopback count was not measured: are the ranks in a sandbox?")
             fraction = abs(solution - reference) / (TRAFFIC_ATOL_BYTES + TRAFFIC_RTOL * reference)
             worst = max(worst, fraction)
             print(f"{lab:26} {test:34} {reference:12,} {solution:12,} {solution - reference:8,} {fraction:8.3f}")
-    print(f"largest difference: {worst:.3f} of the slack")
-    return 0 if worst < 1 else 1
+    return worst
 
 
 if __name__ == "__main__":

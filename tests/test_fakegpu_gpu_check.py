@@ -4,6 +4,7 @@ from __future__ import annotations
 import datetime
 import importlib.util
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -157,4 +158,18 @@ def test_the_timed_chapters_run_on_nccl_with_the_ranks_asked(monkeypatch, gpu_ch
     step = gpu_checks.run_timed_chapters(4, 200)
     assert step["returncode"] == 0 and "--world-size 4 --backend nccl" in step["command"]
     assert all(chapter in seen[0] for chapter in gpu_checks.TIMED_CHAPTERS)
+    assert step["summary"] == "3 passed"
+    assert not os.path.exists(seen[0][seen[0].index("--out") + 1])  # a run that passed leaves nothing behind
+
+
+def test_a_failed_step_keeps_its_files_and_says_where(monkeypatch, gpu_checks):
+    seen = []
+    monkeypatch.setattr(gpu_checks, "run_step", lambda command, timeout_s, env=None: seen.append(command) or {
+        "returncode": 1, "stdout": "", "last_line": "1 failed, 2 passed"})
+    step = gpu_checks.run_timed_chapters(2, 200)
+    out = seen[0][seen[0].index("--out") + 1]
+    try:
+        assert os.path.isdir(out) and step["summary"] == f"1 failed, 2 passed (its files are kept in {out})"
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
 
