@@ -26,9 +26,9 @@ none in backward: a step that reduces again shows); a step must not warn about a
 Part 4: a two-unit MLP (Linear + GELU, Linear) wrapped in ``ShardedLayer`` runs forward and
 backward on each rank's own batch; outputs, input gradients and each unit's ``shard.grad``
 (the shard of the mean gradient) are compared with dense maths, then one AdamW step on the
-shards (the grader's ``adamw_update_``) with ``torch.optim.AdamW`` on the dense model; the
-collectives per phase are counted (an all-gather per unit in forward, an all-gather and a
-reduce-scatter per unit in backward); and between forward and backward the model and the
+shards (the grader's ``adamw_update_``, eps ``SHARD_STEP_EPS``) with ``torch.optim.AdamW`` on
+the dense model; the collectives per phase are counted (an all-gather per unit in forward, an
+all-gather and a reduce-scatter per unit in backward); and between forward and backward the model and the
 autograd graph may hold the shards and the units' inputs and outputs, no full parameter
 (measured by ``held_memory``). Parts 2 to 4 run with the grader's Part 1. Only Parts
 2 and 3 build ``torch.optim`` optimizers on the ranks (the first imports torch's compiler: seconds
@@ -59,6 +59,12 @@ from grading.reference.zero import adamw_update_
 WORLD_SIZE = 4
 DP_SIZES = (2, 4)
 STEPS, LR, BETAS, EPS, WEIGHT_DECAY = 3, 0.05, (0.9, 0.999), 1e-8, 0.1
+#: eps of Part 4's one AdamW step on the shards. A first step moves each element by lr x g / (|g| + eps):
+#: with torch's 1e-8, a gradient element within float32's rounding of zero takes either sign, and the
+#: reference's step then differs from the float64 expectation by up to 2 lr. With 1e-2 an error e in g
+#: moves the step by at most lr x e / eps (5e-6 for e = 1e-6), and every element of |g| >> 1e-2 still
+#: moves by about lr, so a shard that is not its parameters' still shows.
+SHARD_STEP_EPS = 1e-2
 #: The second parameter group's own hyperparameters (the first takes the optimizer's defaults).
 SECOND_GROUP = {"lr": 0.02, "betas": (0.8, 0.99), "weight_decay": 0.0}
 #: name -> (shapes, which parameter group each belongs to, index of a frozen parameter or None).
@@ -396,7 +402,8 @@ def _zero3_cases(generator):
             groups.append(data)
         cases.append(Case(f"ShardedLayer units [Linear({HIDDEN}, {FFN}) + GELU, Linear({FFN}, {HIDDEN})], "
                           f"{BATCH} rows per rank, forward, backward, one AdamW step on the shards "
-                          f"(lr={LR}, weight_decay={WEIGHT_DECAY}), {_layout(size)}", size, {}, groups))
+                          f"(lr={LR}, eps={SHARD_STEP_EPS}, weight_decay={WEIGHT_DECAY}), {_layout(size)}", size, {},
+                          groups))
     return cases
 
 
@@ -418,7 +425,8 @@ def _zero3_expected(case, data):
             total += grad / size
         dxs.append(dx)
         outs.append(out.detach())
-    final = _dense_adamw([{"params": leaves}], [grads])
+    final = _dense_optimizer(torch.optim.AdamW, {"lr": LR, "betas": BETAS, "eps": SHARD_STEP_EPS,
+                                                 "weight_decay": WEIGHT_DECAY}, [{"params": leaves}], [grads])
     flat = lambda tensors: [torch.cat([t.reshape(-1) for t in tensors[i:i + 2]]) for i in (0, 2)]  # noqa: E731
     flat_grads, flat_final = flat(grads), flat(final)
     expected = []
@@ -473,7 +481,7 @@ def _zero3_run(objects, case, run):
         for shard in shards:
             if shard.grad is not None:
                 zeros = torch.zeros_like(shard)
-                adamw_update_(shard, shard.grad, zeros, zeros.clone(), 1, LR, BETAS, EPS, WEIGHT_DECAY)
+                adamw_update_(shard, shard.grad, zeros, zeros.clone(), 1, LR, BETAS, SHARD_STEP_EPS, WEIGHT_DECAY)
     result["values"] = {"shards after the AdamW step": torch.cat([s.detach().reshape(-1) for s in shards]).clone(),
                         _HELD: held}
     for phase in ("forward", "backward"):
