@@ -59,12 +59,7 @@ from grading.reference.zero import adamw_update_
 WORLD_SIZE = 4
 DP_SIZES = (2, 4)
 STEPS, LR, BETAS, EPS, WEIGHT_DECAY = 3, 0.05, (0.9, 0.999), 1e-8, 0.1
-#: eps of Part 4's one AdamW step on the shards. A first step moves each element by lr x g / (|g| + eps):
-#: with torch's 1e-8, a gradient element within float32's rounding of zero takes either sign, and the
-#: reference's step then differs from the float64 expectation by up to 2 lr. With 1e-2 an error e in g
-#: moves the step by at most lr x e / eps (5e-6 for e = 1e-6), and every element of |g| >> 1e-2 still
-#: moves by about lr, so a shard that is not its parameters' still shows.
-SHARD_STEP_EPS = 1e-2
+SHARD_STEP_EPS = 1e-2  # Part 4's step: lr g/(|g|+eps) moves <= lr e/eps for an error e in g (1e-8: up to 2 lr)
 #: The second parameter group's own hyperparameters (the first takes the optimizer's defaults).
 SECOND_GROUP = {"lr": 0.02, "betas": (0.8, 0.99), "weight_decay": 0.0}
 #: name -> (shapes, which parameter group each belongs to, index of a frozen parameter or None).
@@ -402,8 +397,7 @@ def _zero3_cases(generator):
             groups.append(data)
         cases.append(Case(f"ShardedLayer units [Linear({HIDDEN}, {FFN}) + GELU, Linear({FFN}, {HIDDEN})], "
                           f"{BATCH} rows per rank, forward, backward, one AdamW step on the shards "
-                          f"(lr={LR}, eps={SHARD_STEP_EPS}, weight_decay={WEIGHT_DECAY}), {_layout(size)}", size, {},
-                          groups))
+                          f"(lr={LR}, eps={SHARD_STEP_EPS}, weight_decay={WEIGHT_DECAY}), {_layout(size)}", size, {}, groups))
     return cases
 
 
