@@ -145,29 +145,16 @@ class MemoryCgroup:
 
     def out_of_memory_kills(self) -> int:
         """How many processes of this cgroup the out-of-memory killer stopped so far."""
-        return self._events("memory.oom_control" if self.version == 1 else "memory.events").get("oom_kill", 0)
-
-    def times_at_the_cap(self) -> int:
-        """How many times this cgroup's memory reached its limit so far (cgroup v2's ``max``, ``oom`` and
-        ``oom_kill`` events; v1: the kills). A process can end there without the killer choosing it:
-        an allocation the kernel charges without calling the killer fails instead (ENOMEM)."""
-        if self.version == 1:
-            return self.out_of_memory_kills()
-        events = self._events("memory.events")
-        return sum(events.get(key, 0) for key in ("max", "oom", "oom_kill"))
-
-    def _events(self, name: str) -> dict:
-        """The "key count" lines of the cgroup's file ``name``; {} when it cannot be read."""
-        counts = {}
+        name, key = (("memory.oom_control", "oom_kill") if self.version == 1 else ("memory.events", "oom_kill"))
         try:
             with open(os.path.join(self.folder, name)) as f:
                 for line in f:
                     words = line.split()
-                    if len(words) == 2 and words[1].isdigit():
-                        counts[words[0]] = int(words[1])
+                    if len(words) == 2 and words[0] == key:
+                        return int(words[1])
         except OSError:
             pass
-        return counts
+        return 0
 
     def remove(self, timeout_s: float = 5.0) -> None:
         """Kill what is left inside and delete the cgroup."""

@@ -54,15 +54,15 @@ def launch_each(fn, args_of_rank: list, *, backend: str = "gloo", timeout: float
 
 
 def _run_each(pool: Pool, fn, args_of_rank: list, timeout: float) -> list:
-    """``pool.run_each``; a rank that died while ``memory_cgroup`` was at its limit is said to have been
-    stopped there (``RankDiedError``), where it would only show as SIGKILL, and so is the rank template
-    (all the ranks then end with it): the out-of-memory killer chose it, or an allocation of its failed."""
+    """``pool.run_each``; a rank that the out-of-memory killer of ``memory_cgroup`` stopped is said to be
+    (``RankDiedError``), where it would only show as SIGKILL, and so is the rank template when the
+    killer chose it (all the ranks then end with it)."""
     __tracebackhide__ = True
-    at_cap = memory_cgroup.times_at_the_cap() if memory_cgroup else 0
+    kills = memory_cgroup.out_of_memory_kills() if memory_cgroup else 0
     try:
         return pool.run_each(fn, args_of_rank, timeout)
     except (RankDiedError, TemplateExitedError) as exc:
-        if memory_cgroup is None or memory_cgroup.times_at_the_cap() == at_cap:
+        if memory_cgroup is None or memory_cgroup.out_of_memory_kills() == kills:
             raise
         cap = f"the memory cap ({memory_cgroup.limit_bytes / 2**30:.1f} GiB for the submission's processes together)"
         if isinstance(exc, TemplateExitedError):  # the killer chose the process that forks the ranks
