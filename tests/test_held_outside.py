@@ -57,3 +57,26 @@ def test_a_rank_starts_with_the_templates_imports_frozen_and_a_freeze_of_its_own
     for frozen, hidden_bytes in labutils.launch(_state_hidden_by_a_freeze, 2, backend="gloo"):
         assert frozen > 10_000  # torch's modules: a rank's collections skip them
         assert hidden_bytes == 128
+
+
+def test_a_walk_recounts_the_frozen_objects_only_after_something_froze(monkeypatch):
+    """Counting the frozen objects walks their whole list (torch's imports: about 25 ms), so a walk
+    takes the count again only once code has called ``gc.freeze`` since it was noted."""
+    import gc
+
+    monkeypatch.setattr(gc, "freeze", gc.freeze)  # put back after the test: noting replaces it
+    counts = []
+    count_frozen = gc.get_freeze_count
+    monkeypatch.setattr(gc, "get_freeze_count", lambda: counts.append(1) or count_frozen())
+    note_frozen_objects()
+    assert len(counts) == 1
+    before = set(live_storages())
+    live_storages()
+    assert len(counts) == 1
+    hidden = [torch.zeros(8)]
+    gc.freeze()
+    try:
+        found = held_outside(before, set(), allowed=0)
+    finally:
+        gc.unfreeze()
+    assert len(counts) == 2 and found.get(storage_key(hidden[0])) == 32

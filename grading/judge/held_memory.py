@@ -125,24 +125,44 @@ def storages_of(tensors) -> set:
 #: ``gc.get_freeze_count()`` before any code of the submission's ran on this rank (``note_frozen_objects``);
 #: None until noted.
 _frozen_before = None
+#: The interpreter's own ``gc.freeze``, and whether code on this rank has called it since it was noted.
+_interpreters_freeze = gc.freeze
+_rank_froze = False
+
+
+def _noted_freeze() -> None:
+    """``gc.freeze`` on a rank once noted: the same, and the next memory walk checks what it froze."""
+    global _rank_froze
+    _rank_froze = True
+    _interpreters_freeze()
 
 
 def note_frozen_objects() -> None:
     """Remember how many objects are frozen now, before code of the submission's runs: the rank
-    template froze what it imported (``gc.freeze``), which ``gc.get_objects`` then no longer lists.
-    (The count is a walk of that list: once per launch, not per call.)"""
-    global _frozen_before
+    template froze what it imported (``gc.freeze``), which ``gc.get_objects`` then no longer lists;
+    and have every later ``gc.freeze`` on this rank say so (``_noted_freeze``). (The count is a walk
+    of the frozen list, about 25 ms over torch's imports: once per launch, not per walk.)"""
+    global _frozen_before, _rank_froze
     _frozen_before = gc.get_freeze_count()
+    _rank_froze = False
+    gc.freeze = _noted_freeze
 
 
 def _thaw_if_rank_code_froze() -> None:
     """Code on the rank that froze objects of its own would hide them from ``gc.get_objects``, as the
-    template's imports are: when the frozen count has grown past the one noted before it ran (or none
-    was noted), every frozen object is thawed (listed again, at the cost of a slower walk). The count
-    shrinks on its own as the rank frees a few of the template's objects; a freeze adds every object
-    the rank has made."""
-    if _frozen_before is None or gc.get_freeze_count() > _frozen_before:
+    template's imports are: when something froze since the count was noted (``_noted_freeze`` ran, or
+    ``gc.freeze`` is no longer it), the count is taken again, and when it has grown past the one noted
+    (or none was noted), every frozen object is thawed (listed again, at the cost of slower walks);
+    the count is then noted afresh. The count shrinks on its own as the rank frees a few of the
+    template's objects; a freeze adds every object the rank has made."""
+    global _frozen_before, _rank_froze
+    if _frozen_before is not None and not _rank_froze and gc.freeze is _noted_freeze:
+        return
+    frozen = None if _frozen_before is None else gc.get_freeze_count()
+    if frozen is None or frozen > _frozen_before:
         gc.unfreeze()
+        frozen = 0
+    _frozen_before, _rank_froze, gc.freeze = frozen, False, _noted_freeze
 
 
 def live_storages() -> dict:
