@@ -205,8 +205,10 @@ def sandbox_ranks(sandbox_dir: str, backend: str, memory_limit_gib: float, cgrou
     from grading.autograder.sandbox import find_bwrap, gpu_devices, judge_rank_wrapper
     from grading.paths import COURSE_ROOT
     from labutils.ranks._starters import RANK_WRAPPER_ENV
+    from labutils.ranks._template import EAGER_IMPORTS_ENV
 
     os.makedirs(sandbox_dir, exist_ok=True)
+    os.environ[EAGER_IMPORTS_ENV] = "1"  # every launch builds optimizers or walks memory; none waits on a user
     os.environ["TMPDIR"] = sandbox_dir
     tempfile.tempdir = None  # read TMPDIR again
     on_gpu = backend != "gloo" and bool(gpu_devices())

@@ -1,5 +1,7 @@
 """The template process: imports torch once, then forks ranks on request (Linux); in its first idle
-moment it also imports what only ranks that build an optimizer need (``_import_when_idle``).
+moment it also imports what only ranks that build an optimizer need (``_import_when_idle``), or
+before its hello where ``$LABUTILS_EAGER_IMPORTS`` is "1" (a caller with no user waiting on its
+first launch, whose ranks all build optimizers: the judge).
 
 Started by the caller as a fresh interpreter (``python -m labutils.ranks._template FD``), in its
 own session so a kernel interrupt does not reach it. It never runs a torch operation, so
@@ -26,6 +28,8 @@ from labutils.ranks import _wire
 from labutils.ranks._messages import RankExited, SignalRanks, Spawn, Spawned, TemplateHello
 
 _PR_SET_PDEATHSIG = 1
+#: Environment variable: "1" has the template make its idle imports before its hello.
+EAGER_IMPORTS_ENV = "LABUTILS_EAGER_IMPORTS"
 
 
 def _die_with_parent() -> None:
@@ -112,6 +116,8 @@ def _preload(control: socket.socket, started_at: float) -> None:
 
     import labutils.ranks._worker  # noqa: F401
 
+    if os.environ.get(EAGER_IMPORTS_ENV) == "1":
+        _import_for_optimizers()
     _freeze_imports()
     cuda = torch.version.cuda
     _wire.send(control, TemplateHello(os.getpid(), str(torch.__version__), None if cuda is None else str(cuda),
@@ -133,12 +139,17 @@ IDLE_AFTER_S = 0.3
 
 
 def _import_when_idle() -> None:
-    """Import ``torch._dynamo`` and freeze it too, once nothing is asked (so a first launch never waits
-    for it): torch.optim imports it when a rank builds its first optimizer, about 3 s of CPU that
-    every rank forked after this no longer pays."""
-    import torch._dynamo  # noqa: F401
-
+    """Make the optimizers' imports (``_import_for_optimizers``) and freeze them too, once nothing is
+    asked (so a first launch never waits for them)."""
+    _import_for_optimizers()
     _freeze_imports()
+
+
+def _import_for_optimizers() -> None:
+    """Import ``torch._dynamo``: torch.optim imports it when a rank builds its first optimizer, about
+    0.9 s of CPU that every rank forked after this no longer pays, and 120,000 objects its memory
+    walks (``gc.get_objects``) would list once more if the rank made them."""
+    import torch._dynamo  # noqa: F401
 
 
 def main(fd: int) -> None:
@@ -159,7 +170,7 @@ def main(fd: int) -> None:
     selector.register(control, selectors.EVENT_READ, "control")
     selector.register(wakeup_r, selectors.EVENT_READ, "sigchld")
     reader = _wire.FrameReader()
-    idle_imports_due = True
+    idle_imports_due = os.environ.get(EAGER_IMPORTS_ENV) != "1"
     while True:
         events = selector.select(IDLE_AFTER_S if idle_imports_due else None)
         if not events and idle_imports_due:
