@@ -99,11 +99,30 @@ def _stop_labutils_and_check_no_leftovers(timeout_s: float) -> None:
     assert not left, f"processes left behind:\n{describe(left)}"
 
 
+def _stop_ranks_and_check_only_the_template_is_left(timeout_s: float) -> None:
+    """Stop every pool's ranks and assert that, within ``timeout_s`` seconds, no child process survives
+    but this process's rank template, itself with no child left: the next test forks from it as a
+    notebook's next launch does (a template that runs inside a wrapper command is stopped too)."""
+    from labutils.ranks import _starters, pool
+
+    for live in list(pool._live_pools):
+        live.shutdown()
+    starter = _starters.current_starter()
+    kept = (isinstance(starter, _starters.TemplateStarter) and not starter.wrapper and starter.alive()
+            and starter.hello is not None)
+    if not kept:
+        _stop_labutils_and_check_no_leftovers(timeout_s)
+        return
+    left = wait_until_gone(descendants() - {starter.pid}, timeout_s=timeout_s)
+    assert not left, f"processes left behind:\n{describe(left)}"
+
+
 @pytest.fixture
-def no_leftover_processes():
-    """After the test, stop labutils entirely and assert that no child process survives."""
+def no_leftover_processes(no_leftover_processes_after_the_module):
+    """After the test, stop its ranks and assert that no child process survives but the rank template;
+    after the module's last test, that too (``no_leftover_processes_after_the_module``)."""
     yield
-    _stop_labutils_and_check_no_leftovers(5.0)
+    _stop_ranks_and_check_only_the_template_is_left(5.0)
 
 
 @pytest.fixture(scope="module")
