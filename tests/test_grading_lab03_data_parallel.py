@@ -2,8 +2,8 @@
 parameter, one per bucket, and in the ``DataParallel`` wrapper buckets started during backward
 in order, the rest by finish_gradient_synchronization(), nothing under no_sync()); through real
 nbgrader (``grading.autograder.runner.grade_class``, what ``course grade`` runs) the solution
-scores full marks, the release zero, and two fixtures (gradients summed but not averaged, hooks
-on frozen parameters) lose exactly the parts they name; the other fixtures in
+scores full marks, the release zero, and a fixture (gradients summed but not averaged) loses
+exactly the parts it names; the other fixtures (hooks on frozen parameters, ...) in
 tests/fixtures/lab03 are held to the same through the judge alone (no kernel), each on the tests
 whose graded objects it rewrites (every other test receives the solution's objects, or the
 reference's in their place, and the solution passes it), to keep this file short."""
@@ -22,7 +22,7 @@ LAB = GradedLab("lab03_data_parallel", rank_timeout_s=30.0)
 #: 2 cores): a fixture that deadlocks there waits this long instead of the training test's 30 s.
 SHORT_RANK_TIMEOUT_S = 10.0
 #: The fixtures graded through nbgrader; the others go through the judge only.
-NBGRADER_FIXTURES = ("summed_not_averaged", "hooks_on_frozen_parameters")
+NBGRADER_FIXTURES = ("summed_not_averaged",)
 pytestmark = pytest.mark.usefixtures("no_leftover_processes")
 
 

@@ -4,9 +4,9 @@ leaves them; stage 2: a reduce-scatter of the gradients per parameter group in b
 all-gather in step; per ZeRO-3 unit an all-gather in forward, an all-gather and a reduce-scatter
 in backward) on shards the group size does not divide; through real nbgrader
 (``grading.autograder.runner.grade_class``, what ``course grade`` runs) the solution scores full
-marks, the release zero, and three fixtures (parameters not all-gathered, AdamW in the textbook's
-order, uneven shards wrong) lose exactly the parts they name; the other fixtures in
-tests/fixtures/lab04 (one per way a stage fails to behave as torch's: the optimizer class
+marks, the release zero, and a fixture (parameters not all-gathered) loses exactly the parts it
+names; the other fixtures in tests/fixtures/lab04 (AdamW in the textbook's order, uneven shards
+wrong; one per way a stage fails to behave as torch's: the optimizer class
 ignored, gradients averaged again in step, a missing gradient counted as zero, a checkpoint of
 the shard only, a deprecated collective, stage 2 reducing in step or all-reducing; weight decay
 coupled, state for every parameter, ZeRO-3 keeping or saving its gathered parameters) are held
@@ -24,7 +24,7 @@ from grading.autograder.fixtures import apply_fixture, student_solution
 
 LAB = GradedLab("lab04_zero", rank_timeout_s=60.0, given_cells=("setup", "check_helpers", "given_slots"))
 #: The fixtures graded through nbgrader; the others go through the judge only.
-NBGRADER_FIXTURES = ("stale_ranks_without_all_gather", "adamw_in_textbook_order", "uneven_shards_rounded_up")
+NBGRADER_FIXTURES = ("stale_ranks_without_all_gather",)
 pytestmark = pytest.mark.usefixtures("no_leftover_processes")
 
 #: ZeRO (arXiv:1910.02054 section 7): stages 1 and 2 move 2 N per step. Behind DDP (stage 1) the

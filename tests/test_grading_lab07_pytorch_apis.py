@@ -3,9 +3,9 @@ sequence parallelism (reduce-scatters and all-gathers along the sequence, no all
 FSDP2 over the other mesh dimension, FSDP's all-gathers and reduce-scatters on top, all counted at the
 judge's process groups although DTensor issues them through torch's functional collectives; through
 real nbgrader (``grading.autograder.runner.grade_class``, what ``course grade`` runs) the solution
-scores full marks, the release zero, and the fixtures of the classic mistakes (a partial sum never
-reduced, FSDP applied before tensor parallelism, a checkpoint saved from a single rank) lose exactly
-the parts they name; the other fixtures in tests/fixtures/lab07 are held to the same through the judge
+scores full marks, the release zero, and a classic mistake (a partial sum never reduced) loses
+exactly the parts it names; the other fixtures in tests/fixtures/lab07 (FSDP applied before tensor
+parallelism, a checkpoint saved from a single rank, ...) are held to the same through the judge
 alone (no kernel). The checkpoint test saves on 4 ranks and loads on 2 of another launch, which receive
 the files alone (``grading.judge.handoff``)."""
 from __future__ import annotations
@@ -20,8 +20,7 @@ from grading.judge.lab07_pytorch_apis import SHARED_WRITING
 
 LAB = GradedLab("lab07_pytorch_apis", rank_timeout_s=30.0)
 #: The fixtures graded through nbgrader; the others go through the judge only.
-NBGRADER_FIXTURES = ("missing_partial_reduction", "fsdp_applied_before_tensor_parallelism",
-                     "checkpoint_saved_from_a_single_rank")
+NBGRADER_FIXTURES = ("missing_partial_reduction",)
 pytestmark = pytest.mark.usefixtures("no_leftover_processes")
 
 #: Collectives of one forward and one backward pass of the 2-block model with the reference plan.
