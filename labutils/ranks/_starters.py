@@ -137,8 +137,7 @@ class TemplateStarter(_ExitBook):
             finally:
                 self._sock.settimeout(None)
             if not data:
-                code = self._process.wait(timeout=5)
-                raise TemplateExitedError(f"the rank template exited unexpectedly (exit status {code})")
+                raise TemplateExitedError(f"the rank template exited unexpectedly ({self._exit_status()})")
             self._book(self._reader.feed(data))
 
     def _book(self, messages) -> None:
@@ -152,6 +151,15 @@ class TemplateStarter(_ExitBook):
                 for pid in message.pids:
                     self.statuses.pop(pid, None)
             self._pending.append(message)
+
+    def _exit_status(self) -> str:
+        """How the template's process (or the command around it) ended, in words; it closed its socket,
+        so it is ending: waited for up to 5 s."""
+        try:
+            code = self._process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            return "its process still runs"
+        return f"killed by signal {-code}" if code < 0 else f"exit status {code}"
 
     def spawn(self, specs: list[dict]) -> list[int]:
         self.wait_ready()
@@ -169,7 +177,7 @@ class TemplateStarter(_ExitBook):
         except BlockingIOError:
             return
         if not data:
-            raise TemplateExitedError("the rank template exited unexpectedly")
+            raise TemplateExitedError(f"the rank template exited unexpectedly ({self._exit_status()})")
         self._book(self._reader.feed(data))
 
     def kill(self, pids, sig: int = signal.SIGKILL) -> None:
@@ -226,6 +234,15 @@ class SpawnStarter(_ExitBook):
             self._wake_w.send(b"x")
         except OSError:
             pass
+
+    def _exit_status(self) -> str:
+        """How the template's process (or the command around it) ended, in words; it closed its socket,
+        so it is ending: waited for up to 5 s."""
+        try:
+            code = self._process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            return "its process still runs"
+        return f"killed by signal {-code}" if code < 0 else f"exit status {code}"
 
     def spawn(self, specs: list[dict]) -> list[int]:
         env = child_environment()
