@@ -1,4 +1,4 @@
-"""What the end-to-end tests of labs 2 to 6 share: one lab's notebooks, its wrong-implementation
+"""What the end-to-end tests of the labs share: one lab's notebooks, its wrong-implementation
 fixtures (tests/fixtures/labNN) and the attacks on its own cells (tests/fixtures/attacks/LAB), the
 solution's code run in a namespace, and the two ways a fixture is held to the parts it must lose
 (the judge alone, or real nbgrader through ``autograder.runner.grade_class``, which is what

@@ -1,6 +1,7 @@
 """End to end through real nbgrader and its SQLite gradebook: `course grade` on the solution,
-the untouched release, every fixture of tests/fixtures/lab01 (wrong implementations, a cheat,
-a tampered notebook, a hung rank, a dead kernel) and every red-team attack of
+the untouched release, the fixtures of tests/fixtures/lab01 (wrong implementations, a cheat,
+a tampered notebook, a hung rank, a dead kernel; two more wrong implementations through the judge
+alone) and every red-team attack of
 tests/fixtures/attacks (each scores what an empty part scores, changes nobody else's grade,
 leaves no process and is named in the report), output bombs and files that are no notebook, all in
 one class; a kernel that loops forever, with a short cell timeout; then plain `nbgrader autograde`
@@ -23,8 +24,10 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GRADING = os.path.join(REPO, "grading")
 
 from grading.autograder.fixtures import apply_fixture, parse_fixture, student_solution
+from graded_lab import GradedLab
 
 LAB = "lab01_tensor_parallel"
+LAB01 = GradedLab(LAB, rank_timeout_s=10.0, given_cells=("setup", "given_mappings", "check_helpers"))
 FIXTURES_DIR = os.path.join(REPO, "tests", "fixtures", "lab01")
 #: Seconds a test of this file may take, its class's grading included: the class's `course grade` is
 #: given 900 s, and took 270 s on a 2-core machine with the suite's other worker and one more busy process.
@@ -40,6 +43,11 @@ def _fixtures(folder: str) -> dict:
 
 
 FIXTURES, ATTACKS = _fixtures(FIXTURES_DIR), _fixtures(ATTACKS_DIR)
+#: Wrong implementations that need only the judge (no kernel of their own): held to their losses
+#: through it alone, not handed in to the class (each notebook there costs a kernel, a sandbox's rank
+#: template and its ranks). Those whose report lines a test reads stay in the class.
+JUDGE_ONLY = ("bias_on_every_shard", "g_applied_twice")
+CLASS_FIXTURES = {name: fixture for name, fixture in FIXTURES.items() if name not in JUDGE_ONLY}
 #: The red team's students and the attacks each hands in together (each attack on cells of its own,
 #: so each part still shows what its own attack scores; three notebooks keep the class small).
 #: (prints_the_grader fails every hidden-test cell in the notebook after the judge ran, which would
@@ -143,7 +151,7 @@ def graded(tmp_path_factory):
     submissions = work / "submissions"
     _write(submissions, "solution", solution)
     _write(submissions, "untouched", release)
-    for name, fixture in FIXTURES.items():
+    for name, fixture in CLASS_FIXTURES.items():
         _write(submissions, name, apply_fixture(solution, fixture))
     for student in RED_TEAM:
         _write(submissions, student, *_red_team_notebook(solution, student))
@@ -183,7 +191,7 @@ def _gradebook_scores(course: str) -> dict:
 
 
 def test_every_submission_is_graded_and_nothing_is_left_running(graded):
-    assert set(graded["submissions"]) == {"solution", "untouched", *FIXTURES, *RED_TEAM, "output_bombs",
+    assert set(graded["submissions"]) == {"solution", "untouched", *CLASS_FIXTURES, *RED_TEAM, "output_bombs",
                                           "outputs_handed_in", *REFUSED}
     assert all(set(parts) == set(POINTS) for student, parts in graded["parts"].items() if student not in REFUSED)
     assert _processes_inside(graded["course"]) == []
@@ -199,10 +207,16 @@ def test_the_solution_scores_full_marks_and_the_untouched_release_zero(graded):
                for p in graded["parts"]["untouched"].values())
 
 
-@pytest.mark.parametrize("name", [n for n, f in FIXTURES.items() if f.loses])
+@pytest.mark.parametrize("name", [n for n, f in CLASS_FIXTURES.items() if f.loses])
 def test_each_submission_loses_exactly_the_points_its_fixture_says(graded, name):
     expected = {cell: 0 if cell in FIXTURES[name].loses else points for cell, points in POINTS.items()}
     assert _gradebook_scores(graded["course"])[name] == expected
+
+
+@pytest.mark.usefixtures("no_leftover_processes")
+@pytest.mark.parametrize("name", JUDGE_ONLY)
+def test_through_the_judge_each_other_wrong_implementation_loses_exactly_its_parts(name):
+    assert FIXTURES[name].loses and LAB01.losses_through_the_judge(name) == FIXTURES[name].loses
 
 
 def test_a_classic_mistake_is_explained_to_the_student(graded):
