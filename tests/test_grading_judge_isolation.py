@@ -6,6 +6,7 @@ optimizer state hidden in a module global (the memory the rank's process holds i
 the solution keeps full marks; the rank template of ``course grade`` starts with no grader module and no grader file."""
 from __future__ import annotations
 
+import functools
 import json
 import os
 import textwrap
@@ -29,15 +30,25 @@ ATTACK_LABS = sorted(name for name in os.listdir(ATTACKS_DIR) if os.path.isdir(o
 pytestmark = pytest.mark.usefixtures("no_leftover_processes_after_the_module")
 
 
+@functools.cache
 def _attack_lab(lab: str) -> GradedLab:
+    """Lab ``lab`` with its attacks as fixtures; one per lab, so its reference runs are made once."""
     graded = GradedLab(lab, rank_timeout_s=120.0, given_cells=("setup", "check_helpers", "given_mappings", "given_slots"))
     graded.fixtures_dir = os.path.join(ATTACKS_DIR, lab)
     return graded
 
 
 def _verdict(lab: str, namespace: dict, test: str):
+    """The judge's verdict on ``namespace``'s objects for hidden test ``test``, against the lab's one
+    reference run of that test (as ``engine.run_test`` judges against a new one)."""
     objects = {name: namespace[name] for name in engine.load_lab(lab).TESTS[test].objects}
-    return engine.run_test(lab, test, list(objects), client.dumps(objects), {}, rank_timeout_s=120, backend="gloo", seed=5)
+    return engine.judge_against(_attack_lab(lab).reference(test, seed=5), lab, test, list(objects),
+                                client.dumps(objects), {}, rank_timeout_s=120, backend="gloo")
+
+
+@functools.cache
+def _solutions_verdict(lab: str, test: str):
+    return _verdict(lab, _attack_lab(lab).solution_namespace(), test)
 
 
 ATTACKS = [(lab, name) for lab in ATTACK_LABS for name in _attack_lab(lab).fixture_names()]
@@ -53,14 +64,14 @@ def test_an_attack_that_borrows_the_reference_from_the_ranks_memory_finds_nothin
     graded = _attack_lab(lab)
     loses = graded.fixture(fixture).loses
     assert loses, fixture
-    attacked, solution = graded.solution_namespace(fixture), graded.solution_namespace()
+    attacked = graded.solution_namespace(fixture)
     for test in sorted(loses):
         verdict = _verdict(lab, attacked, test)
         assert not verdict.passed and not verdict.judge_error, verdict.lines
         failures = [line for line in verdict.lines if line.startswith("✗")]
         clue = "NotImplementedError" if fixture.startswith("borrows") else "bytes"  # nothing found / memory measured
         assert failures and all(clue in line for line in failures), verdict.lines
-        honest = _verdict(lab, solution, test)
+        honest = _solutions_verdict(lab, test)
         assert honest.passed, honest.lines
 
 
