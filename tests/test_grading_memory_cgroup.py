@@ -3,7 +3,6 @@ shared memory counts, the out-of-memory killer stops the hog inside and nothing 
 both the kernel's sandbox and the judge's ranks join it before bwrap starts."""
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -98,6 +97,18 @@ def test_with_a_cgroup_no_address_space_cap_is_set_and_every_sandbox_joins_it(tm
     assert "prlimit" in judge_rank_wrapper("/usr/bin/bwrap", REPO, str(tmp_path), 4, on_gpu=False)
 
 
+def _cgroup_state(made: MemoryCgroup) -> str:
+    """The cgroup's counters of limits met and kills, for a failure's message."""
+    found = []
+    for name in ("memory.events", "memory.oom_control", "memory.failcnt", "memory.max_usage_in_bytes"):
+        try:
+            with open(os.path.join(made.folder, name)) as f:
+                found.append(f"{name}: {' '.join(f.read().split())}")
+        except OSError:
+            pass
+    return "\n" + "\n".join(found)
+
+
 def test_the_judges_ranks_run_in_the_cgroup_and_a_hog_among_them_is_killed(tmp_path):
     """Ranks started through the judge's sandboxed rank template, in a 1.5 GiB cgroup without any
     RLIMIT_AS: an ordinary call runs; a rank that fills shared memory dies of the cap, and the
@@ -138,7 +149,7 @@ def test_the_judges_ranks_run_in_the_cgroup_and_a_hog_among_them_is_killed(tmp_p
         # the kernel's out-of-memory killer picks a hog rank or, now and then, their rank template:
         # either way the launch says the memory cap stopped the ranks
         assert lines[1].startswith("died: ") and "stopped at the memory cap (1.5 GiB" in lines[1], \
-            done.stdout + done.stderr[-2000:]
+            done.stdout + done.stderr[-2000:] + _cgroup_state(made)
         assert made.out_of_memory_kills() >= 1
     finally:
         made.remove()
