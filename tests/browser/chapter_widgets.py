@@ -5,7 +5,8 @@ dashboard (``figure_explorer(``, ``*_explorer(``, ``zero_calculator(``, ``strate
 Running the whole chapter in the browser takes minutes; the widget cells need only the
 cells that define the names they use. :func:`widget_notebook_cells` keeps, in chapter order,
 the parameters cell, the cells that import, and every cell that defines a name a kept cell
-reads (the last such cell before it, transitively), so a chapter's widgets run in seconds with the chapter's own code.
+reads (the last such cell before it, transitively), up to the chapter's last widget cell, so a
+chapter's widgets run in seconds with the chapter's own code.
 """
 from __future__ import annotations
 
@@ -70,7 +71,8 @@ def widget_notebook_cells(notebook: Path) -> tuple[list[str], list[int]]:
     cells = code_cells(notebook)
     widget_cells = [index for index, cell in enumerate(cells) if cell.shows_widget]
     set_up = ("import", "%matplotlib", "from")
-    keep = set(widget_cells) | {index for index, cell in enumerate(cells)
+    last = max(widget_cells, default=-1)  # what runs after the last widget cell is nothing a widget cell needs
+    keep = set(widget_cells) | {index for index, cell in enumerate(cells[:last + 1])
                                 if cell.is_parameters or cell.source.lstrip().startswith(set_up)}
     pending = sorted(keep)
     while pending:   # each name a kept cell reads comes from the last cell before it that binds the name
