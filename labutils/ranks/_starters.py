@@ -235,15 +235,6 @@ class SpawnStarter(_ExitBook):
         except OSError:
             pass
 
-    def _exit_status(self) -> str:
-        """How the template's process (or the command around it) ended, in words; it closed its socket,
-        so it is ending: waited for up to 5 s."""
-        try:
-            code = self._process.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            return "its process still runs"
-        return f"killed by signal {-code}" if code < 0 else f"exit status {code}"
-
     def spawn(self, specs: list[dict]) -> list[int]:
         env = child_environment()
         pids = []
