@@ -208,7 +208,7 @@ def sandbox_ranks(sandbox_dir: str, backend: str, memory_limit_gib: float, cgrou
     from labutils.ranks._template import EAGER_IMPORTS_ENV
 
     os.makedirs(sandbox_dir, exist_ok=True)
-    os.environ[EAGER_IMPORTS_ENV] = "1"  # every launch builds optimizers or walks memory; none waits on a user
+    os.environ[EAGER_IMPORTS_ENV] = "1"  # no user waits on its first launch, whose ranks would each import them
     os.environ["TMPDIR"] = sandbox_dir
     tempfile.tempdir = None  # read TMPDIR again
     on_gpu = backend != "gloo" and bool(gpu_devices())

@@ -1,7 +1,7 @@
 """The template process: imports torch once, then forks ranks on request (Linux); in its first idle
 moment it also imports what only ranks that build an optimizer need (``_import_when_idle``), or
 before its hello where ``$LABUTILS_EAGER_IMPORTS`` is "1" (a caller with no user waiting on its
-first launch, whose ranks all build optimizers: the judge).
+first launch, whose first ranks would otherwise import them each: the judge).
 
 Started by the caller as a fresh interpreter (``python -m labutils.ranks._template FD``), in its
 own session so a kernel interrupt does not reach it. It never runs a torch operation, so
