@@ -60,6 +60,25 @@ def test_launch_returns_per_rank_results_in_rank_order():
         assert t.item() == 0 + 1 + 2 + 3 + 4 * 10
 
 
+def _listeners_on_the_store_port() -> list:
+    """(table, local address in /proc/net's hex) of every listening socket on the process group's store port."""
+    port, found = int(os.environ["MASTER_PORT"]), []
+    for table in ("tcp", "tcp6"):
+        with open(f"/proc/net/{table}") as f:
+            for line in list(f)[1:]:
+                local, state = line.split()[1], line.split()[3]
+                address, hex_port = local.rsplit(":", 1)
+                if state == "0A" and int(hex_port, 16) == port:
+                    found.append((table, address))
+    return found
+
+
+def test_the_ranks_store_listens_on_the_loopback_interface_alone():
+    """Not on every interface (another machine could join the group), nor on IPv6, whose peers its
+    server would name by a reverse DNS query (a slow name server held a launch for its 5 s timeout)."""
+    assert labutils.launch(_listeners_on_the_store_port, 2, backend="gloo")[0] == [("tcp", "0100007F")]
+
+
 def test_run_each_gives_every_rank_its_own_arguments_only():
     def work(mine):
         t = torch.tensor([float(mine)])
