@@ -21,7 +21,6 @@ once used. Growth is measured between two ``measure()`` calls; units are bytes.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import gc
 import os
 from typing import NamedTuple
@@ -33,7 +32,9 @@ MMAP_THRESHOLD_BYTES = 64 * 1024
 
 
 def _libc():
-    return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+    """The C library the process runs on (glibc), found among what is loaded: no ``ldconfig`` to run,
+    as ``ctypes.util.find_library`` would at every call (a fork of the whole rank each time)."""
+    return ctypes.CDLL(None)
 
 
 def _heap_in_use() -> int:
