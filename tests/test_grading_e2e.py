@@ -199,6 +199,21 @@ def test_every_submission_is_graded_and_nothing_is_left_running(graded):
     assert f"{total}/{total}" in graded["stderr"]  # the progress bar reached the end
 
 
+def test_each_hidden_tests_reference_runs_once_per_worker_before_any_submission(graded):
+    logs = sorted(os.path.join(graded["course"], "logs", LAB, name)
+                  for name in os.listdir(os.path.join(graded["course"], "logs", LAB)) if name.startswith("judge-"))
+    assert len(logs) == 2, logs  # the class's two workers
+    for path in logs:
+        text = open(path).read()
+        first_submission = text.index("[judge] --- submission ")
+        for test in POINTS:
+            runs = [m.start() for m in re.finditer(rf"{LAB} {test}: the reference ran on \d+ cases", text)]
+            assert len(runs) == 1 and runs[0] < first_submission, (path, test, runs)
+        verdicts = re.findall(r"\[judge\] (test_\w+): (?:passed|failed)(.*)", text)
+        assert verdicts and all(ending == " on the class's cases" for test, ending in verdicts if test in POINTS), \
+            verdicts
+
+
 def test_the_solution_scores_full_marks_and_the_untouched_release_zero(graded):
     scores = _gradebook_scores(graded["course"])
     assert scores["solution"] == POINTS

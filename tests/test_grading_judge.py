@@ -384,3 +384,12 @@ def test_a_red_team_submission_scores_what_an_empty_part_scores_and_a_correct_on
 def test_a_submission_may_take_the_labs_timeout_or_ten_times_the_references_time_if_that_is_more():
     assert engine.submission_timeout_s(60.0, reference_s=1.5) == 60.0
     assert engine.submission_timeout_s(10.0, reference_s=4.01) == 41.0  # a busy machine slowed the reference
+
+
+def test_only_a_service_keeps_reference_runs_for_a_lab_a_kernels_judge_is_refused_the_option(capsys):
+    from grading.judge import server
+
+    with pytest.raises(SystemExit) as exited:
+        server.main(["--stdio", "--lab", LAB])
+    assert exited.value.code == 2
+    assert "--lab goes with --service" in capsys.readouterr().err

@@ -2,7 +2,8 @@
 Its ranks run in a bubblewrap sandbox (``--sandbox-dir``, a private folder: ``autograder.sandbox``),
 in the worker's memory cgroup where there is one (``--cgroup-procs``: ``autograder.memory_cgroup``).
 
-    service = JudgeService(log_path, rank_timeout_s=60, backend="gloo", memory_limit_gib=4, visible_devices="0,1")
+    service = JudgeService(log_path, rank_timeout_s=60, backend="gloo", memory_limit_gib=4, visible_devices="0,1",
+                           lab="lab02_collectives")   # its hidden tests' references run once, now
     socket_path = service.begin("alice")     # kernels of alice's autograde connect here
     ...                                       # run nbgrader autograde with LAB_JUDGE_SOCKET=socket_path
     verdicts = service.end()                 # what the judge decided, whatever the notebook shows
@@ -67,8 +68,10 @@ class JudgeService:
     """A judge process kept warm across submissions; one submission at a time."""
 
     def __init__(self, log_path: str, rank_timeout_s: float, backend: str = "gloo", memory_limit_gib: float = 0.0,
-                 course_root: str = COURSE_ROOT, cgroup_procs: str = "", visible_devices: str | None = None):
+                 course_root: str = COURSE_ROOT, cgroup_procs: str = "", visible_devices: str | None = None,
+                 lab: str | None = None):
         self._log_path, self._rank_timeout_s, self._backend = log_path, rank_timeout_s, backend
+        self._lab = lab  # the lab of every submission it judges: its references run once (server's --lab)
         self._visible_devices = visible_devices  # this worker's GPUs (``worker_gpus``), None: as inherited
         self._memory_limit_gib, self._course_root, self._cgroup_procs = memory_limit_gib, course_root, cgroup_procs
         self._process = None
@@ -82,7 +85,7 @@ class JudgeService:
                 isolated_module("grading.judge.server", "--service", "--rank-timeout", str(self._rank_timeout_s),
                                 "--backend", self._backend, "--log", self._log_path,
                                 "--memory-limit", str(self._memory_limit_gib), "--sandbox-dir", self._sandbox_dir,
-                                "--cgroup-procs", self._cgroup_procs),
+                                "--cgroup-procs", self._cgroup_procs, *(["--lab", self._lab] if self._lab else [])),
                 cwd=self._course_root, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
                 start_new_session=True, env=judge_environment(os.environ, self._visible_devices))
 

@@ -263,7 +263,7 @@ def _run_workers(options: GradeOptions, students: list, progress) -> dict:
         procs = cgroup.procs if cgroup else ""
         service = JudgeService(os.path.join(logs, f"judge-{index}.log"), options.rank_timeout_s, options.backend,
                                memory_limit_gib, course_root=options.course_root, cgroup_procs=procs,
-                               visible_devices=gpus[index])
+                               visible_devices=gpus[index], lab=options.lab)
         worker = AutogradeWorker(options.course_dir, os.path.join(logs, f"worker-{index}.log"),
                                  with_visible_devices(kernel_environment, gpus[index]),
                                  memory_limit_gib, course_root=options.course_root)

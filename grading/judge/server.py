@@ -15,6 +15,8 @@ to the reply channel, which is a private copy of the original stdout.
         connect to PATH (one request per connection), their verdicts are kept for ID; a fresh rank
         template for ID starts importing torch meanwhile;
     {"cmd": "end"}  -> {"submission": ID, "verdicts": [...]}; PATH is removed.
+    With --lab LAB, each hidden test's reference runs once as the service starts, and every submission
+    is judged against those runs (``run_class_references``); the first "begin" is answered after them.
 The kernels' replies are only what they print; ``course grade`` scores from the kept
 verdicts, so a notebook that fakes a pass is caught.
 """
@@ -49,16 +51,23 @@ def _detach_output(log_path: str | None) -> tuple:
     return reply, log
 
 
-def judge_request(header: dict, blob: bytes, options, note) -> dict:
-    """The verdict (as a dict) for one request; judge faults become a judge_error verdict, told to
-    ``note`` (the log's own lines) with their detail."""
+def judge_request(header: dict, blob: bytes, options, note, references: dict | None = None) -> dict:
+    """The verdict (as a dict) for one request, against the kept reference run of its test where
+    ``references`` ({(lab, test): engine.ReferenceRun}, :func:`run_class_references`) has one, else
+    against a new one; judge faults become a judge_error verdict, told to ``note`` (the log's own
+    lines) with their detail."""
     from grading.judge import engine
 
-    test = str(header.get("test"))
+    lab, test = str(header.get("lab")), str(header.get("test"))
+    names, sources = list(header.get("names", [])), dict(header.get("sources", {}))
+    kept = (references or {}).get((lab, test))
     try:
-        verdict = engine.run_test(str(header.get("lab")), test, list(header.get("names", [])), blob,
-                                  dict(header.get("sources", {})), rank_timeout_s=options.rank_timeout,
-                                  backend=options.backend)
+        if kept is None:
+            verdict = engine.run_test(lab, test, names, blob, sources, rank_timeout_s=options.rank_timeout,
+                                      backend=options.backend)
+        else:
+            verdict = engine.judge_against(kept, lab, test, names, blob, sources,
+                                           rank_timeout_s=options.rank_timeout, backend=options.backend)
         result = verdict.as_dict()
     except Exception:
         detail = traceback.format_exc()
@@ -69,8 +78,30 @@ def judge_request(header: dict, blob: bytes, options, note) -> dict:
         result["lines"] = [JUDGE_ERROR_LINE]
         result["summary"] = f"{result['title']}: judge error"
     note(f"[judge] {test}: {'passed' if result['passed'] else 'failed'}"
+         + ("" if kept is None else " on the class's cases")
          + (f"\n{result['detail']}" if result["judge_error"] else ""))
     return result
+
+
+def run_class_references(lab: str, options, note) -> dict:
+    """The reference's run of every hidden test of ``lab``, made once, now: before any submission, on
+    ranks of the template the judge started with, where no submission's code has run. Every submission
+    this service judges is held to these runs, on the same cases (drawn fresh for this grading run),
+    which halves its launches. {(lab, test): engine.ReferenceRun}; a test whose reference failed is
+    left out (each of its requests runs the reference again, and reports the judge error then)."""
+    from grading.judge import engine
+
+    kept = {}
+    for test in engine.load_lab(lab).TESTS:
+        run = engine.run_reference(lab, test, rank_timeout_s=options.rank_timeout, backend=options.backend)
+        if isinstance(run, engine.ReferenceRun):
+            kept[(lab, test)] = run
+            note(f"[judge] {lab} {test}: the reference ran on {len(run.cases)} cases in {run.seconds:.1f} s, "
+                 "once for every submission")
+        else:
+            note(f"[judge] {lab} {test}: the reference failed; it runs again for each submission:\n"
+                 + "\n".join(run.lines))
+    return kept
 
 
 def serve_stdio(reply, options, log) -> None:
@@ -88,8 +119,8 @@ def serve_stdio(reply, options, log) -> None:
 class _Service:
     """The state of --service mode: the current submission, its socket and its verdicts."""
 
-    def __init__(self, reply, options, log):
-        self.reply, self.options, self.log = reply, options, log
+    def __init__(self, reply, options, log, references: dict):
+        self.reply, self.options, self.log, self.references = reply, options, log, references
         self.selector = selectors.DefaultSelector()
         self.submission = None
         self.listener = None
@@ -147,7 +178,7 @@ class _Service:
             header, blob = read_message(stream)
         except (EOFError, ProtocolError, OSError):
             return
-        verdict = judge_request(header, blob, self.options, self.log.note)
+        verdict = judge_request(header, blob, self.options, self.log.note, self.references)
         self.verdicts.append(verdict)
         try:
             write_message(stream, verdict)
@@ -155,10 +186,10 @@ class _Service:
             pass  # the kernel went away (interrupted or killed): the verdict is kept anyway
 
 
-def serve_service(reply, options, log) -> None:
+def serve_service(reply, options, log, references: dict) -> None:
     from grading.judge.protocol import read_message
 
-    service = _Service(reply, options, log)
+    service = _Service(reply, options, log, references)
     stdin = os.fdopen(0, "rb", buffering=0, closefd=False)  # unbuffered: select() sees every frame
     service.selector.register(stdin, selectors.EVENT_READ, "control")
     while True:
@@ -235,9 +266,14 @@ def main(argv=None) -> int:
                                               "their only writable place (course grade; default: no sandbox)")
     parser.add_argument("--memory-limit", type=float, default=0.0,
                         help="GiB of data memory per process, the judge's ranks included (default 0: no cap)")
+    parser.add_argument("--lab", help="with --service: the lab whose submissions it judges; each hidden test's "
+                                      "reference then runs once, before the first submission, and every "
+                                      "submission is judged on those cases (default: a new run per request)")
     parser.add_argument("--cgroup-procs", default="",
                         help="the cgroup.procs file of the memory cgroup the sandboxed ranks join (default: none)")
     options = parser.parse_args(argv)
+    if options.lab and not options.service:
+        parser.error("--lab goes with --service (a kernel's judge draws new cases for every request)")
     limit_memory(options.memory_limit)  # before the rank template starts: the ranks inherit it
     if options.sandbox_dir:
         sandbox_ranks(options.sandbox_dir, options.backend, options.memory_limit, options.cgroup_procs)
@@ -249,8 +285,10 @@ def main(argv=None) -> int:
         engine.load_lab(lab)
 
     if options.service:
-        _warm_up(options)
-        serve_service(reply, options, log)
+        references = run_class_references(options.lab, options, log.note) if options.lab else {}
+        if not references:
+            _warm_up(options)
+        serve_service(reply, options, log, references)
     else:
         serve_stdio(reply, options, log)
     return 0
