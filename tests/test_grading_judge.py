@@ -7,7 +7,9 @@ collectives, a replayed schedule) score what an empty part scores while correct 
 from __future__ import annotations
 
 import os
+import tempfile
 import textwrap
+from pathlib import Path
 
 import nbformat
 import pytest
@@ -247,6 +249,8 @@ def test_what_the_ranks_send_back_cannot_run_code_in_the_judge(how, tmp_path):
 
 def test_the_kernel_side_client_prints_the_verdict_and_fails_in_one_line(capsys, monkeypatch):
     monkeypatch.delenv("LAB_JUDGE_SOCKET", raising=False)
+    scratch = Path(tempfile.mkdtemp(prefix="kernel-tmp-", dir="/tmp"))  # short: the ranks' sockets go beneath
+    monkeypatch.setenv("TMPDIR", str(scratch))  # the judge's; it leaves nothing there when it ends
     namespace = _notebook_namespace("f_backward_without_all_reduce")
     try:
         with pytest.raises(client.HiddenTestsFailed) as failure:
@@ -260,6 +264,8 @@ def test_the_kernel_side_client_prints_the_verdict_and_fails_in_one_line(capsys,
     assert printed.out.count("✗ f = copy_to_tp_region") == 4 and printed.out.count("✓ g = reduce_from_tp_region") == 4
     assert "input gradient dX on rank 0 differs" in str(failure.value)
     assert failure.value._render_traceback_() == [f"HiddenTestsFailed: {failure.value}"]
+    assert list(scratch.iterdir()) == []  # no folder of the judge's, nor one of each of its ranks
+    scratch.rmdir()
 
 
 @pytest.mark.multigpu

@@ -225,6 +225,20 @@ def _warm_up(options) -> None:
     labutils.launch(os.getpid, 1, backend="gloo", timeout=options.rank_timeout)  # any call on one rank
 
 
+def _scratch_of_its_own() -> None:
+    """Outside a sandbox: TMPDIR of the ranks (and of this process) is a folder of this judge's own,
+    removed when it ends, so the private folder each rank makes there (``rank_isolation.isolate``)
+    goes with it rather than staying in the user's /tmp, one per rank of every check."""
+    import atexit
+    import shutil
+    import tempfile
+
+    scratch = tempfile.mkdtemp(prefix="judge-scratch-")
+    atexit.register(shutil.rmtree, scratch, True)
+    os.environ["TMPDIR"] = scratch
+    tempfile.tempdir = None  # read TMPDIR again
+
+
 def sandbox_ranks(sandbox_dir: str, backend: str, memory_limit_gib: float, cgroup_procs: str = "") -> None:
     """Every rank this process starts from now on runs in a bubblewrap sandbox (``autograder.sandbox``),
     with ``sandbox_dir`` as TMPDIR, the only folder the ranks may write, in the memory cgroup whose
@@ -277,6 +291,8 @@ def main(argv=None) -> int:
     limit_memory(options.memory_limit)  # before the rank template starts: the ranks inherit it
     if options.sandbox_dir:
         sandbox_ranks(options.sandbox_dir, options.backend, options.memory_limit, options.cgroup_procs)
+    else:
+        _scratch_of_its_own()
     reply, log = _detach_output(options.log)
     _start_fresh_template()  # after the output is detached: the template must not hold the reply channel
     from grading.judge import engine
