@@ -235,7 +235,14 @@ def _scratch_of_its_own() -> None:
 
     scratch = tempfile.mkdtemp(prefix="judge-scratch-")
     atexit.register(shutil.rmtree, scratch, True)
-    os.environ["TMPDIR"] = scratch
+    _ranks_write_in(scratch)
+
+
+def _ranks_write_in(folder: str) -> None:
+    """``folder`` is TMPDIR from now on, here and in every rank this process starts."""
+    import tempfile
+
+    os.environ["TMPDIR"] = folder
     tempfile.tempdir = None  # read TMPDIR again
 
 
@@ -245,7 +252,6 @@ def sandbox_ranks(sandbox_dir: str, backend: str, memory_limit_gib: float, cgrou
     ``cgroup.procs`` is ``cgroup_procs`` or else with RLIMIT_AS of ``memory_limit_gib`` GiB (0: none)
     off a GPU node."""
     import json
-    import tempfile
 
     from grading.autograder.sandbox import find_bwrap, gpu_devices, judge_rank_wrapper
     from grading.paths import COURSE_ROOT
@@ -254,8 +260,7 @@ def sandbox_ranks(sandbox_dir: str, backend: str, memory_limit_gib: float, cgrou
 
     os.makedirs(sandbox_dir, exist_ok=True)
     os.environ[EAGER_IMPORTS_ENV] = "1"  # no user waits on its first launch, whose ranks would each import them
-    os.environ["TMPDIR"] = sandbox_dir
-    tempfile.tempdir = None  # read TMPDIR again
+    _ranks_write_in(sandbox_dir)
     on_gpu = backend != "gloo" and bool(gpu_devices())
     os.environ[RANK_WRAPPER_ENV] = json.dumps(judge_rank_wrapper(find_bwrap(), COURSE_ROOT, sandbox_dir,
                                                                  memory_limit_gib, on_gpu, cgroup_procs))

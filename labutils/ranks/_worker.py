@@ -85,14 +85,14 @@ def _quiet_known_warnings() -> None:
     warnings.filterwarnings("ignore", category=UserWarning, module=r"torch\.distributed")
 
 
-def _loopback_listener(world_size: int) -> socket.socket:
+def _loopback_listener() -> socket.socket:
     """A listening IPv4 socket on 127.0.0.1 and a free port (chosen by the OS: no collisions), for
     rank 0's TCPStore. Left to itself the store listens on every interface, IPv6 included, and its
     server names each peer, ``::ffff:127.0.0.1``, by a reverse DNS query that /etc/hosts cannot answer:
-    a slow or unreachable name server then holds every rank's start for its timeout (5 s)."""
+    a slow name server then holds the launch's start for its timeout (5 s)."""
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     listener.bind(("127.0.0.1", 0))
-    listener.listen(max(socket.SOMAXCONN, 2 * world_size))
+    listener.listen(socket.SOMAXCONN)
     return listener
 
 
@@ -112,7 +112,7 @@ def _init_process_group(spec: dict, ctrl: socket.socket):
     else:
         device = torch.device("cpu")
     if rank == 0:
-        listener = _loopback_listener(world_size)
+        listener = _loopback_listener()
         port = listener.getsockname()[1]
         store = dist.TCPStore("127.0.0.1", port, world_size, True, timeout=timeout, wait_for_workers=False,
                               master_listen_fd=listener.detach())
