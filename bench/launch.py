@@ -56,6 +56,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import socket
 import statistics
 import subprocess
@@ -68,9 +69,22 @@ sys.path.insert(0, HERE)
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port free on 127.0.0.1 now, for an anchor's rendezvous, from below the kernel's ephemeral
+    range: a port from ``bind(("127.0.0.1", 0))`` is in that range, and in the second before the
+    anchor's ranks bind it any ``connect`` or ``bind`` to port 0 on the machine may take it."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            first_ephemeral = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        first_ephemeral = 32768
+    for port in random.sample(range(20000, first_ephemeral), 200):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+                return port
+            except OSError:
+                continue
+    raise RuntimeError(f"no free port between 20000 and {first_ephemeral}")
 
 
 def percentile(values, q: float) -> float:

@@ -5,6 +5,8 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
+from labutils.checks.notebook_kernel import UnixSocketKernelManager
+
 CELLS = [
     "import os, torch, torch.distributed as dist\nimport labutils\n"
     "a = torch.randn(512, 512); (a @ a).sum()  # the kernel ran a parallel op: it must never be forked",
@@ -43,7 +45,8 @@ def test_all_three_apis_in_a_headless_notebook(tmp_path):
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell(src) for src in CELLS]
     nb.cells[3].metadata["tags"] = ["raises-exception"]
-    NotebookClient(nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
+    NotebookClient(nb, timeout=120, kernel_name="python3", kernel_manager_class=UnixSocketKernelManager,
+                   resources={"metadata": {"path": str(tmp_path)}}).execute()
     texts = [_output_text(c) for c in nb.cells]
 
     assert "[rank 0] summed 10.0" in texts[1] and "[rank 1] summed 10.0" in texts[1]

@@ -75,6 +75,9 @@ def execute_notebook(job: NotebookJob, out_dir: Path, settings: RunSettings,
 def _papermill_subprocess(spec: dict) -> None:
     """What ``python -m grading.nightly.execute SPEC`` runs: ``papermill.execute_notebook`` on one notebook.
 
+    Its kernel talks to papermill over Unix sockets (``UnixSocketKernelManager``), never over
+    ports another process on the node could take first.
+
     One change to papermill's client: it does not act as a frontend for ipywidgets' Output
     widget (every ``interact`` has one). nbclient's handler for it writes to the kernel's
     shell socket while the client waits on that socket for the cell's reply; the reply is
@@ -86,6 +89,8 @@ def _papermill_subprocess(spec: dict) -> None:
     import papermill.engines
     from papermill.clientwrap import PapermillNotebookClient
 
+    from labutils.checks.notebook_kernel import UnixSocketKernelManager
+
     class ClientWithoutOutputWidgets(PapermillNotebookClient):
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
@@ -94,7 +99,8 @@ def _papermill_subprocess(spec: dict) -> None:
     papermill.engines.PapermillNotebookClient = ClientWithoutOutputWidgets
     papermill.execute_notebook(spec["input"], spec["output"], parameters=spec["parameters"],
                                kernel_name=spec["kernel"], cwd=spec["cwd"], progress_bar=False,
-                               execution_timeout=spec["cell_timeout_s"])
+                               execution_timeout=spec["cell_timeout_s"],
+                               kernel_manager_class=UnixSocketKernelManager)
 
 
 def _describe_failure(result: Result, outcome: CommandOutcome, executed: Path, log: Path,

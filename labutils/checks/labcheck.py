@@ -75,6 +75,8 @@ def execute_visible(notebook: dict, folder: Path, cell_timeout_s: float) -> dict
     try:
         import nbformat
         from nbclient import NotebookClient
+
+        from labutils.checks.notebook_kernel import UnixSocketKernelManager
     except ImportError as error:
         raise UsageError(f"`labutils check` needs nbclient and nbformat ({error.name} is missing): "
                          "pip install nbclient nbformat") from None
@@ -85,9 +87,9 @@ def execute_visible(notebook: dict, folder: Path, cell_timeout_s: float) -> dict
             if _nbgrader(cell).get("grade"):  # keep its title comment, drop the hidden tests
                 title = cell.source.splitlines()[:1]
                 cell.source = title[0] if title and title[0].startswith("#") else ""
-    # The kernel's own start-up warnings (e.g. "running over TCP without encryption" on a local
-    # kernel) would land inside the report; errors still reach stderr.
+    # The kernel's own start-up warnings would land inside the report; errors still reach stderr.
     client = NotebookClient(runnable, timeout=cell_timeout_s, kernel_name="python3", allow_errors=True,
+                            kernel_manager_class=UnixSocketKernelManager,
                             resources={"metadata": {"path": str(folder)}},
                             extra_arguments=["--IPKernelApp.log_level=ERROR"])
     client.execute()

@@ -5,10 +5,13 @@
     server.stop()
 
 The server listens on 127.0.0.1 on a free port with a random token. Every Jupyter, IPython
-and matplotlib folder points into ``state_dir``, so the tests never read or write the
-user's settings, workspaces or kernels' runtime files. Its kernels are the ipykernel of
-the interpreter running the tests (the course's venv): jupyter_client replaces a
-kernelspec's ``python`` with the server's own interpreter.
+and matplotlib folder points into ``state_dir`` or a throwaway folder, so the tests never read
+or write the user's settings, workspaces or kernels' runtime files. Its kernels are the ipykernel
+of the interpreter running the tests (the course's venv): jupyter_client replaces a
+kernelspec's ``python`` with the server's own interpreter. They talk to the server over Unix
+sockets in a short runtime folder of the server's own (jupyter's IPC transport): over TCP, a
+kernel binds ports its manager found free a second before, and a test launching ranks at the
+same time sometimes took one first ("Address already in use").
 """
 from __future__ import annotations
 
@@ -16,9 +19,11 @@ import json
 import os
 import re
 import secrets
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -74,6 +79,7 @@ class LabServer:
     token: str
     root_dir: Path
     log_path: Path
+    runtime_dir: str
 
     @property
     def pid(self) -> int:
@@ -94,11 +100,14 @@ class LabServer:
         """
         env = throwaway_environment(state_dir)
         write_user_settings(Path(env["JUPYTER_CONFIG_DIR"]))
+        # Short enough for the kernels' socket names (108 bytes at most): not under state_dir.
+        env["JUPYTER_RUNTIME_DIR"] = runtime_dir = tempfile.mkdtemp(prefix="lab-runtime-", dir="/tmp")
         port, token = free_port(), secrets.token_hex(16)
         command = command or [sys.executable, "-m", "jupyterlab", f"--ServerApp.root_dir={root_dir}"]
         command = [
             *command, "--no-browser",
             "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}", "--ServerApp.port_retries=0",
+            "--KernelManager.transport=ipc",
             f"--IdentityProvider.token={token}",
             "--LabApp.news_url=", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
         ]
@@ -108,7 +117,7 @@ class LabServer:
         with open(log_path, "wb") as log:
             process = subprocess.Popen(command, env=env, cwd=root_dir, stdin=subprocess.DEVNULL,
                                        stdout=log, stderr=subprocess.STDOUT)
-        server = cls(process, port, token, root_dir, log_path)
+        server = cls(process, port, token, root_dir, log_path, runtime_dir)
         try:
             server._wait_until_answering()
         except BaseException:
@@ -177,3 +186,4 @@ class LabServer:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
+        shutil.rmtree(self.runtime_dir, ignore_errors=True)
