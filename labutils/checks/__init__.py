@@ -15,7 +15,8 @@ Modules, by chapter: ``metrics`` (1), ``gpu`` and ``fp8`` (2), ``roofline`` (3),
 ``interconnects`` (4), ``collectives`` (5), ``data_parallel`` (6), ``zero`` (7),
 ``tensor_parallel`` and ``long_sequences`` (8), ``pipeline`` (9), ``strategy`` and
 ``comm_bound`` (10). The labs': ``labs`` (the visible tests' comparisons) and ``labcheck``
-(``labutils check LAB.ipynb``, part by part). Shared: ``answers`` and ``base`` (``CheckFailed``).
+(``labutils check LAB.ipynb``, part by part) and ``notebook_kernel`` (the Jupyter kernel it and the
+nightly run a notebook in). Shared: ``answers`` and ``base`` (``CheckFailed``).
 """
 from labutils.checks.base import CheckFailed
 
