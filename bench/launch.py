@@ -70,8 +70,10 @@ sys.path.insert(0, HERE)
 
 def free_port() -> int:
     """A port free on 127.0.0.1 now, for an anchor's rendezvous, from below the kernel's ephemeral
-    range: a port from ``bind(("127.0.0.1", 0))`` is in that range, and in the second before the
-    anchor's ranks bind it any ``connect`` or ``bind`` to port 0 on the machine may take it."""
+    range, as ``grading.hub.server_ports`` picks one (this script's folder holds a ``grading.py``
+    that hides that package): a port from ``bind(("127.0.0.1", 0))`` is in that range, and in
+    the second before the anchor's ranks bind it any ``connect`` or ``bind`` to port 0 on the
+    machine may take it."""
     try:
         with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
             first_ephemeral = int(f.read().split()[0])

@@ -14,7 +14,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from grading.hub import checks, gpus, permissions, shared, start
+from grading.hub import checks, gpus, permissions, server_ports, shared, start
 from grading.hub.gpus import NodeDevices, NoDeviceLeft, visible_devices
 
 REPO = Path(__file__).resolve().parents[1]
@@ -216,8 +216,8 @@ def test_class_release_creates_the_class_folder_and_feedback_without_grades_fail
     assert "no feedback for lab02_collectives" in capsys.readouterr().err
 
 
-def _spawned_environment(tmp_path, monkeypatch, user: str) -> dict:
-    """The environment the hub's configuration gives ``user``'s server (roster: ana; teacher: ivy)."""
+def _hub_config(tmp_path, monkeypatch):
+    """The hub's configuration (roster: ana; teacher: ivy), loaded as JupyterHub loads it."""
     from traitlets.config.loader import PyFileConfigLoader
 
     settings = _settings(tmp_path, f'students = ["ana"]\ninstructors = ["ivy"]\nexchange = "{tmp_path / "x"}"\n'
@@ -227,10 +227,50 @@ def _spawned_environment(tmp_path, monkeypatch, user: str) -> dict:
         monkeypatch.setenv(name, str(value))
     config = PyFileConfigLoader("jupyterhub_config.py", path=str(Path(start.__file__).parent)).load_config()
     assert config.Spawner.cmd[0] == str(tmp_path / "shared" / "venv" / "bin" / "python")
+    return config
+
+
+def _spawned(config, user: str) -> SimpleNamespace:
+    """A spawner for ``user``'s server after the hub's pre-spawn hook (its environment and port)."""
     spawner = SimpleNamespace(user=SimpleNamespace(name=user), environment=dict(config.Spawner.environment),
-                              log=logging.getLogger("test"))
+                              log=logging.getLogger("test"), port=0)
     config.Spawner.pre_spawn_hook(spawner)
-    return spawner.environment
+    return spawner
+
+
+def _spawned_environment(tmp_path, monkeypatch, user: str) -> dict:
+    """The environment the hub's configuration gives ``user``'s server."""
+    return _spawned(_hub_config(tmp_path, monkeypatch), user).environment
+
+
+def test_each_server_gets_a_port_below_the_ephemeral_range_and_none_another_starting_server_has(tmp_path, monkeypatch):
+    """Not jupyterhub's own pick (a released port 0, in the range every rank's connection draws from)."""
+    config = _hub_config(tmp_path, monkeypatch)
+    ports = [_spawned(config, user).port for user in ("ana", "ivy", "ana", "ivy")]
+    assert len(set(ports)) == len(ports), ports
+    assert all(server_ports.LOWEST_PORT <= port < server_ports.first_ephemeral_port() for port in ports), ports
+
+
+def test_a_port_is_handed_out_free_and_not_again_while_its_server_may_be_starting(monkeypatch):
+    class Scripted:  # the picks, in order
+        def __init__(self, *picks):
+            self.picks = list(picks)
+
+        def randrange(self, low, high):
+            return self.picks.pop(0)
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        taken = busy.getsockname()[1]
+        free = server_ports.free_port_block(2)
+        monkeypatch.setattr(server_ports, "first_ephemeral_port", lambda: 65000)
+        monkeypatch.setattr(server_ports, "_pick", Scripted(taken, free, free, free + 1))
+        starting = server_ports.ServerPorts(hold_s=120)
+        assert starting.take() == free  # the busy port is passed over
+        assert starting.take() == free + 1  # the first is held for its server, which may still be starting
+        monkeypatch.setattr(server_ports, "_pick", Scripted(free))
+        assert server_ports.ServerPorts(hold_s=0).take() == free  # held no longer
 
 
 def test_every_server_on_the_hub_gets_the_check_my_lab_button(tmp_path, monkeypatch):

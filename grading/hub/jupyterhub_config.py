@@ -8,11 +8,14 @@ copy, installed not editable), so no server reads the checkout. Each student's s
 (nbgrader's exchange, Validate on every cell, no instructors' panels); instructors get theirs
 and every GPU. Both then read the course's own configuration from the students' copy
 (``labutils/data/jupyter``, as ``make lab`` does): the "Check my lab" button and its server side.
+A server started on the hub's node listens on a port from ``grading.hub.server_ports``, below the
+ephemeral range that the students' ranks draw their connections' ports from.
 """
 import os
 from pathlib import Path
 
 from grading.hub import gpus, shared, slurm_spawner
+from grading.hub.server_ports import ServerPorts
 from grading.hub.checks import load_settings
 
 settings = load_settings(Path(os.environ["COURSE_HUB_CONFIG"]))
@@ -48,6 +51,9 @@ c.Spawner.environment = {
 }
 if on_slurm:
     slurm_spawner.configure(c, settings, str(shared.python(shared_dir)))
+# A local server's port comes from below the ephemeral range, where no rank's connection can take
+# it in the seconds before the server binds it (jupyterhub's own pick is in that range).
+server_ports = ServerPorts(hold_s=c.Spawner.start_timeout)
 
 
 def configure_server(spawner):
@@ -59,6 +65,7 @@ def configure_server(spawner):
     environment = {**spawner.environment, "JUPYTER_CONFIG_PATH": shared.jupyter_config_path(shared_dir, role)}
     if on_slurm:
         return slurm_spawner.prepare_server(spawner, role, environment, settings.get("gpus", {}))
+    spawner.port = server_ports.take()
     if role == "instructor":
         spawner.environment = environment
         return
