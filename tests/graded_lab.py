@@ -109,17 +109,23 @@ class GradedLab:
         (default: the lab's)."""
         namespace = self.solution_namespace(fixture)
         lost = set()
-        for test, spec in self.tests().items():
+        for test in self.tests():
             if tests is not None and test not in tests:
                 continue
-            objects = {name: namespace[name] for name in spec.objects}
-            verdict = engine.judge_against(self.reference(test, seed=5), self.name, test, list(objects),
-                                           client.dumps(objects), {}, backend="gloo",
-                                           rank_timeout_s=rank_timeout_s or self.rank_timeout_s)
+            verdict = self.verdict(namespace, test, rank_timeout_s)
             assert not verdict.judge_error, verdict.lines
             if not verdict.passed:
                 lost.add(test)
         return lost
+
+    def verdict(self, namespace: dict, test: str, rank_timeout_s: float | None = None) -> engine.Verdict:
+        """The judge's verdict on ``namespace``'s objects for hidden test ``test`` (no kernel), against
+        the lab's one reference run of that test, on ranks stopped after ``rank_timeout_s`` (default:
+        the lab's)."""
+        objects = {name: namespace[name] for name in self.tests()[test].objects}
+        return engine.judge_against(self.reference(test, seed=5), self.name, test, list(objects),
+                                    client.dumps(objects), {}, backend="gloo",
+                                    rank_timeout_s=rank_timeout_s or self.rank_timeout_s)
 
     def reference(self, test: str, seed: int) -> engine.ReferenceRun:
         """What the reference did on hidden test ``test``'s cases from ``seed`` (``engine.run_reference``),

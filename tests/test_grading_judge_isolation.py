@@ -19,7 +19,7 @@ from graded_lab import GradedLab
 from labutils.ranks import _starters
 
 from grading.autograder import rank_guard
-from grading.judge import client, engine, rankside, shipping
+from grading.judge import engine, rankside, shipping
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ATTACKS_DIR = os.path.join(REPO, "tests", "fixtures", "attacks")
@@ -38,17 +38,9 @@ def _attack_lab(lab: str) -> GradedLab:
     return graded
 
 
-def _verdict(lab: str, namespace: dict, test: str):
-    """The judge's verdict on ``namespace``'s objects for hidden test ``test``, against the lab's one
-    reference run of that test (as ``engine.run_test`` judges against a new one)."""
-    objects = {name: namespace[name] for name in engine.load_lab(lab).TESTS[test].objects}
-    return engine.judge_against(_attack_lab(lab).reference(test, seed=5), lab, test, list(objects),
-                                client.dumps(objects), {}, rank_timeout_s=120, backend="gloo")
-
-
 @functools.cache
 def _solutions_verdict(lab: str, test: str):
-    return _verdict(lab, _attack_lab(lab).solution_namespace(), test)
+    return _attack_lab(lab).verdict(_attack_lab(lab).solution_namespace(), test)
 
 
 ATTACKS = [(lab, name) for lab in ATTACK_LABS for name in _attack_lab(lab).fixture_names()]
@@ -66,7 +58,7 @@ def test_an_attack_that_borrows_the_reference_from_the_ranks_memory_finds_nothin
     assert loses, fixture
     attacked = graded.solution_namespace(fixture)
     for test in sorted(loses):
-        verdict = _verdict(lab, attacked, test)
+        verdict = graded.verdict(attacked, test)
         assert not verdict.passed and not verdict.judge_error, verdict.lines
         failures = [line for line in verdict.lines if line.startswith("✗")]
         clue = "NotImplementedError" if fixture.startswith("borrows") else "bytes"  # nothing found / memory measured
@@ -126,7 +118,7 @@ def test_a_submissions_ranks_hold_no_grader_module_and_only_the_reference_object
     graded = GradedLab("lab01_tensor_parallel", rank_timeout_s=30.0, given_cells=("setup", "check_helpers", "given_mappings"))
     namespace = graded.solution_namespace()
     exec(textwrap.dedent(_CENSUS), namespace)
-    verdict = _verdict("lab01_tensor_parallel", namespace, "test_column_parallel")
+    verdict = _attack_lab("lab01_tensor_parallel").verdict(namespace, "test_column_parallel")
     line = verdict.lines[0]
     assert "ValueError: modules=[] held=[" in line, verdict.lines
     held = line.split("held=")[1]
