@@ -90,13 +90,17 @@ def _named_by_group(items) -> None:
             item._id = NodeId.parse(f"{item.nodeid}@{group}")
 
 
+def _assert_all_gone(processes, timeout_s: float) -> None:
+    left = wait_until_gone(processes, timeout_s=timeout_s)
+    assert not left, f"processes left behind:\n{describe(left)}"
+
+
 def _stop_labutils_and_check_no_leftovers(timeout_s: float) -> None:
     """Stop labutils entirely and assert that no child process survives ``timeout_s`` seconds."""
     import labutils
 
     labutils.shutdown()
-    left = wait_until_gone(descendants(), timeout_s=timeout_s)
-    assert not left, f"processes left behind:\n{describe(left)}"
+    _assert_all_gone(descendants(), timeout_s)
 
 
 def _stop_ranks_and_check_only_the_template_is_left(timeout_s: float) -> None:
@@ -113,8 +117,7 @@ def _stop_ranks_and_check_only_the_template_is_left(timeout_s: float) -> None:
     if not kept:
         _stop_labutils_and_check_no_leftovers(timeout_s)
         return
-    left = wait_until_gone(descendants() - {starter.pid}, timeout_s=timeout_s)
-    assert not left, f"processes left behind:\n{describe(left)}"
+    _assert_all_gone(descendants() - {starter.pid}, timeout_s)
 
 
 @pytest.fixture
