@@ -84,3 +84,29 @@ def test_bad_input_is_one_clear_line(tmp_path, capsys):
         assert labutils_main(["check", str(path)]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and message in err[0], err
+
+
+def _graded_notebook(answers: list[str]) -> dict:
+    """A graded notebook of one set-up cell and, for each answer, its answer cell and hidden-test cell."""
+    def cell(source, **nbgrader):
+        return {"cell_type": "code", "metadata": {"nbgrader": nbgrader} if nbgrader else {}, "source": source,
+                "outputs": [], "execution_count": None}
+
+    cells = [cell("import os, time")]
+    for k, answer in enumerate(answers):
+        cells += [cell(answer, solution=True, grade_id=f"answer_{k}"),
+                  cell(f"# Hidden tests of Part {k} (1 point)", grade=True, grade_id=f"test_{k}", points=1)]
+    return {"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 4}
+
+
+def test_a_cell_past_the_timeout_and_a_kernel_that_dies_are_reported_not_raised(tmp_path):
+    """A cell still running at --timeout is interrupted and the next parts still run; a kernel that
+    dies fails its part and every later part says it did not run."""
+    from labutils.checks.labcheck import execute_visible, part_results
+
+    notebook = _graded_notebook(["time.sleep(600)", "y = 2", "os.kill(os.getpid(), 9)", "z = 3"])
+    results = part_results(execute_visible(notebook, tmp_path, cell_timeout_s=3))
+    assert [r.status for r in results] == ["failed", "passed", "failed", "failed"], results
+    assert "CellTimeout: still running after 3 s (--timeout): interrupted" in results[0].message
+    assert "KernelDied: the kernel died while this cell ran" in results[2].message
+    assert "KernelDied: not run: the kernel died in an earlier cell" in results[3].message

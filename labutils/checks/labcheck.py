@@ -8,7 +8,10 @@ tests exist only on the grader's side. Each graded part (the cells up to and inc
 graded cell) is then reported on one line:
 
 - **passed**: its answer cells ran and every visible check below them passed;
-- **failed**: an answer cell or a visible check raised; the check's own message is shown;
+- **failed**: an answer cell or a visible check raised; the check's own message is shown. A
+  cell still running after ``--timeout`` seconds is interrupted and fails its part, and the
+  next parts still run; a kernel that dies fails its part, and every later part says it did
+  not run;
 - **not attempted**: an answer cell still raises ``NotImplementedError`` (nothing written).
 
 The exit status is 0 only when every part passed. Passing the visible checks is necessary,
@@ -27,6 +30,8 @@ from labutils.command.usage import UsageError
 
 #: Seconds one cell may run before the check gives up on it (the grader allows 300).
 DEFAULT_CELL_TIMEOUT_S = 300
+#: Error names the report gives a cell stopped at the timeout, and cells the kernel died in or before.
+CELL_TIMEOUT, KERNEL_DIED = "CellTimeout", "KernelDied"
 _HIDDEN_TITLE = re.compile(r"#\s*Hidden tests of (.+?) \((\d+(?:\.\d+)?) points?\)")
 
 
@@ -75,6 +80,7 @@ def execute_visible(notebook: dict, folder: Path, cell_timeout_s: float) -> dict
     try:
         import nbformat
         from nbclient import NotebookClient
+        from nbclient.exceptions import DeadKernelError
 
         from labutils.checks.notebook_kernel import UnixSocketKernelManager
     except ImportError as error:
@@ -87,13 +93,46 @@ def execute_visible(notebook: dict, folder: Path, cell_timeout_s: float) -> dict
             if _nbgrader(cell).get("grade"):  # keep its title comment, drop the hidden tests
                 title = cell.source.splitlines()[:1]
                 cell.source = title[0] if title and title[0].startswith("#") else ""
-    # The kernel's own start-up warnings would land inside the report; errors still reach stderr.
+    started = []  # indices of the cells the kernel was asked to run, in order
+
+    def note_a_timeout(cell, cell_index, execute_reply):
+        if execute_reply and execute_reply.get("content", {}).get("ename") == CELL_TIMEOUT:
+            cell.outputs.insert(0, _error_output(CELL_TIMEOUT, f"still running after {cell_timeout_s:g} s "
+                                                               "(--timeout): interrupted"))
+
+    # A cell still running at the timeout is interrupted and the next cell runs (interrupting
+    # ``launch`` stops its ranks). The kernel's own start-up warnings would land inside the
+    # report; errors still reach stderr.
     client = NotebookClient(runnable, timeout=cell_timeout_s, kernel_name="python3", allow_errors=True,
+                            interrupt_on_timeout=True, error_on_timeout={"ename": CELL_TIMEOUT, "evalue": ""},
+                            on_cell_start=lambda cell, cell_index: started.append(cell_index),
+                            on_cell_executed=note_a_timeout,
                             kernel_manager_class=UnixSocketKernelManager,
                             resources={"metadata": {"path": str(folder)}},
                             extra_arguments=["--IPKernelApp.log_level=ERROR"])
-    client.execute()
+    try:
+        client.execute()
+    except DeadKernelError:
+        _mark_kernel_death(runnable, started[-1] if started else 0)
     return runnable
+
+
+def _error_output(name: str, message: str):
+    import nbformat
+
+    return nbformat.v4.new_output("error", ename=name, evalue=message, traceback=[])
+
+
+def _mark_kernel_death(executed, dead_at: int) -> None:
+    """Mark cell ``dead_at`` as the one the kernel died in and every later code cell as not run."""
+    for index, cell in enumerate(executed.cells):
+        if cell.cell_type != "code" or index < dead_at:
+            continue
+        if index == dead_at:
+            cell.outputs.insert(0, _error_output(KERNEL_DIED, "the kernel died while this cell ran (out of "
+                                                              "memory, or a crash in native code)"))
+        else:
+            cell.outputs = [_error_output(KERNEL_DIED, "not run: the kernel died in an earlier cell")]
 
 
 def _error(cell) -> tuple[str, str] | None:
