@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -110,3 +111,20 @@ def test_a_cell_past_the_timeout_and_a_kernel_that_dies_are_reported_not_raised(
     assert "CellTimeout: still running after 3 s (--timeout): interrupted" in results[0].message
     assert "KernelDied: the kernel died while this cell ran" in results[2].message
     assert "KernelDied: not run: the kernel died in an earlier cell" in results[3].message
+
+
+def test_a_kernel_that_cannot_start_is_one_clear_line(tmp_path):
+    import subprocess
+    import sys
+
+    spec = tmp_path / "share" / "jupyter" / "kernels" / "python3"
+    spec.mkdir(parents=True)
+    (spec / "kernel.json").write_text(json.dumps({"argv": ["python", "-c", "raise SystemExit(3)", "{connection_file}"],
+                                                  "display_name": "broken", "language": "python"}))
+    result = subprocess.run([sys.executable, "-m", "labutils", "check", str(_notebook("labs", "lab01_tensor_parallel"))],
+                            env={**os.environ, "JUPYTER_PATH": str(tmp_path / "share" / "jupyter")},
+                            capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert result.returncode == 2, result
+    assert result.stderr.strip().splitlines()[1:] == [
+        "labutils check: error: the Jupyter kernel python3 exited as it started, before running any cell: "
+        "open a notebook with it in JupyterLab to see its error"], result.stderr

@@ -19,6 +19,7 @@ not sufficient: the grader also runs hidden tests, on more ranks and more shapes
 """
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import re
@@ -114,6 +115,12 @@ def execute_visible(notebook: dict, folder: Path, cell_timeout_s: float) -> dict
         client.execute()
     except DeadKernelError:
         _mark_kernel_death(runnable, started[-1] if started else 0)
+    except RuntimeError as error:  # jupyter_client's, when the kernel exits before it answers
+        if "before replying to kernel_info" not in str(error):
+            raise
+        atexit.unregister(client._cleanup_kernel)  # nbclient has cleaned up; at exit it would fail on no manager
+        raise UsageError(f"the Jupyter kernel {client.kernel_name} exited as it started, before running any "
+                         "cell: open a notebook with it in JupyterLab to see its error") from None
     return runnable
 
 
