@@ -15,8 +15,8 @@ import os
 from pathlib import Path
 
 from grading.hub import gpus, shared, slurm_spawner
-from grading.hub.server_ports import ServerPorts
 from grading.hub.checks import load_settings
+from grading.hub.server_ports import ServerPorts
 
 settings = load_settings(Path(os.environ["COURSE_HUB_CONFIG"]))
 state_dir = Path(os.environ["COURSE_HUB_STATE"])
