@@ -5,10 +5,21 @@ import sys
 import threading
 import types
 
+import pytest
 import torch
 
 from grading.judge.held_memory import (held_outside, held_storages, live_storages, note_frozen_objects, storage_key,
                                        storages_of)
+
+
+@pytest.fixture(autouse=True)
+def interpreters_gc_freeze(monkeypatch):
+    """Put ``gc.freeze`` back after each test: a walk in this process replaces it (as on a rank), and
+    a later judge launch of this worker could then not ship ``held_memory``, whose ``gc.freeze`` is
+    pickled by reference."""
+    import gc
+
+    monkeypatch.setattr(gc, "freeze", gc.freeze)
 
 
 def test_state_kept_in_a_module_global_counts_and_the_objects_own_and_gradients_do_not():
@@ -64,7 +75,6 @@ def test_a_walk_recounts_the_frozen_objects_only_after_something_froze(monkeypat
     takes the count again only once code has called ``gc.freeze`` since it was noted."""
     import gc
 
-    monkeypatch.setattr(gc, "freeze", gc.freeze)  # put back after the test: noting replaces it
     counts = []
     count_frozen = gc.get_freeze_count
     monkeypatch.setattr(gc, "get_freeze_count", lambda: counts.append(1) or count_frozen())
