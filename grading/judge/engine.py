@@ -85,6 +85,9 @@ class TestSpec:
     ``groups``: other ranks' inputs never enter its process. Without it, every rank of a group
     receives the group's whole data. ``reload``, optional: a second launch on other ranks that
     receives the files the first one wrote (``handoff``); ``expected`` then describes its ranks.
+    ``walks_live_objects``: its rank code lists every object alive on the rank
+    (``held_memory.live_storages``), so its ranks count the objects the rank template froze before any
+    submission code runs (``held_memory.note_frozen_objects``, about 25 ms a rank, spared elsewhere).
     """
 
     title: str
@@ -97,6 +100,7 @@ class TestSpec:
     measure: Callable | None = None
     rank_data: Callable | None = None
     reload: Reload | None = None
+    walks_live_objects: bool = False
 
 
 @dataclass
@@ -268,7 +272,8 @@ def launch_reference(lab: str, test: str, cases: list, *, rank_timeout_s: float,
     spec = module.TESTS[test]
 
     def launch(run_case, world_size: int, per_rank: list) -> RankResults:
-        programs = shipping.programs(rankside.run_reference, (run_case, module.REFERENCE, world_size), per_rank)
+        programs = shipping.programs(rankside.run_reference, (run_case, module.REFERENCE, world_size), per_rank,
+                                     walks_live_objects=spec.walks_live_objects)
         results = _decoded(launch_each(shipping.RUN, [(p,) for p in programs], backend=backend,
                                        timeout=rank_timeout_s))
         for rank, result in enumerate(results):
@@ -304,7 +309,7 @@ def launch_submission(lab: str, test: str, cases: list, blob: bytes, sources: di
 
     def launch(run_case, world_size: int, per_rank: list) -> RankResults:
         programs = shipping.programs(rankside.run_submission, (run_case, lent, world_size), per_rank, refused,
-                                     blob=blob, sources=sources)
+                                     blob=blob, sources=sources, walks_live_objects=spec.walks_live_objects)
         try:
             with restricted_unpickling():
                 raw = launch_each(shipping.RUN, [(p,) for p in programs], backend=backend, timeout=rank_timeout_s)

@@ -490,10 +490,11 @@ TESTS = {
                                       (), _basics_cases, _basics_expected, _basics_run, WORLD_SIZE),
     "test_zero_stage1": TestSpec("Part 2: ZeRO stage 1", ("shard_pieces", "ZeroStage1"),
                                  _BASICS + ("assemble_state_dict",), _stage1_cases, _zero_expected, _stage1_run,
-                                 WORLD_SIZE, rank_data=_own_gradients),
+                                 WORLD_SIZE, rank_data=_own_gradients, walks_live_objects=True),
     "test_zero_stage2": TestSpec("Part 3: ZeRO stage 2", ("ZeroStage2",),
                                  _BASICS + ("assemble_state_dict", "shard_pieces", "ZeroStage1"), _stage2_cases,
-                                 _zero_expected, _stage2_run, WORLD_SIZE, rank_data=_own_gradients),
+                                 _zero_expected, _stage2_run, WORLD_SIZE, rank_data=_own_gradients,
+                                 walks_live_objects=True),
     "test_zero_stage3": TestSpec("Part 4: ZeRO stage 3 (FSDP)", ("ShardedLayer",), _BASICS,
                                  _zero3_cases, _zero3_expected, _zero3_run, WORLD_SIZE, rank_data=_own_batch),
 }

@@ -271,12 +271,15 @@ def _as_bytes(payload: dict) -> bytes:
     return buffer.getvalue()
 
 
-def run_reference(run_case, reference: dict, world_size: int, cases: list, rank_data: list) -> bytes:
+def run_reference(run_case, reference: dict, world_size: int, cases: list, rank_data: list, *,
+                  walks_live_objects: bool = False) -> bytes:
     """Run the reference objects ``reference`` through the test's rank code ``run_case`` on every case
     (``rank_data[i]``: this rank's inputs of case i); torch.save bytes of {"reference": [...]}, or of
-    {"judge_failed": text}: no submission code runs in this launch, a failure here is the judge's."""
+    {"judge_failed": text}: no submission code runs in this launch, a failure here is the judge's.
+    ``walks_live_objects``: the rank code lists every live object (``engine.TestSpec``)."""
     try:
-        note_frozen_objects()
+        if walks_live_objects:
+            note_frozen_objects()
         groups = _groups_for(world_size, cases)
         results = [_run_case(run_case, reference, case, data, groups) for case, data in zip(cases, rank_data)]
     except BaseException as exc:
@@ -284,22 +287,25 @@ def run_reference(run_case, reference: dict, world_size: int, cases: list, rank_
     return _as_bytes({"reference": results})
 
 
-def enter_student_code() -> str:
+def enter_student_code(walks_live_objects: bool) -> str:
     """The point past which submission code exists in this process: every call of a submission's
     launch passes here once, after its process groups are made and before the blob is unpickled.
-    Returns the rank's private folder, the only one it may write."""
-    note_frozen_objects()
+    With ``walks_live_objects`` (the test's rank code lists every live object), the objects frozen so
+    far are counted first. Returns the rank's private folder, the only one it may write."""
+    if walks_live_objects:
+        note_frozen_objects()
     return isolate(nccl=rank_device().type == "cuda")  # no channel to a sibling rank but the counted one
 
 
 def run_submission(run_case, lent: dict, world_size: int, cases: list, rank_data: list, blob: bytes,
-                   sources: dict) -> bytes:
+                   sources: dict, walks_live_objects: bool = False) -> bytes:
     """Run the submission's objects (``blob``) through the test's rank code ``run_case`` on every case
     (``rank_data[i]``: this rank's inputs of case i, nothing of the other ranks'), with ``lent``
     (the reference objects of the parts this test does not grade) put in place of those names;
-    torch.save bytes of {"student": [...]}, or of {"failed": what went wrong, in the student's terms}."""
+    torch.save bytes of {"student": [...]}, or of {"failed": what went wrong, in the student's terms}.
+    ``walks_live_objects``: as for ``run_reference``."""
     groups = _groups_for(world_size, cases)
-    private_folder = enter_student_code()
+    private_folder = enter_student_code(walks_live_objects)
     import cloudpickle
 
     try:
