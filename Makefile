@@ -30,9 +30,11 @@ $(STAMP): pyproject.toml
 	@command -v bwrap >/dev/null || { if command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ]; then apt-get install -y -q bubblewrap; else echo "course grade needs bubblewrap: sudo apt-get install bubblewrap"; fi; }
 	touch $@
 
-# Tests run on TEST_WORKERS parallel workers (most wait on ranks and kernels in subprocesses);
-# each file, the chapters' QUICK run, the hub's tests and the Slurm cluster's stay whole on one worker.
-TEST_WORKERS ?= 2
+# Tests run on TEST_WORKERS parallel workers, more than a 2-core machine's cores: most tests wait on
+# ranks, kernels, servers and browsers in subprocesses, and a third worker keeps both cores busy while
+# two wait (the README gives the times). Each file, the chapters' QUICK run, the hub's tests and the
+# Slurm cluster's stay whole on one worker.
+TEST_WORKERS ?= 3
 test: $(STAMP) slurm-deps
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
 
