@@ -298,7 +298,7 @@ def enter_student_code(walks_live_objects: bool) -> str:
 
 
 def run_submission(run_case, lent: dict, world_size: int, cases: list, rank_data: list, blob: bytes,
-                   sources: dict, walks_live_objects: bool = False) -> bytes:
+                   sources: dict, *, walks_live_objects: bool = False) -> bytes:
     """Run the submission's objects (``blob``) through the test's rank code ``run_case`` on every case
     (``rank_data[i]``: this rank's inputs of case i, nothing of the other ranks'), with ``lent``
     (the reference objects of the parts this test does not grade) put in place of those names;
