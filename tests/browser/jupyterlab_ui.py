@@ -80,8 +80,25 @@ class NotebookUI:
         page.goto(server.url(f"lab/workspaces/{workspace}/tree/{path}"))
         ui = cls(page, server, path)
         ui.panel.locator(".jp-Notebook").wait_for(timeout=timeout_s * 1000)
+        ui.wait_until_kernel_connected(timeout_s)
         ui.wait_until_run_finished(timeout_s)
         return ui
+
+    def wait_until_kernel_connected(self, timeout_s: float) -> None:
+        """Wait until the server has a kernel for this notebook and the page has opened its websocket.
+
+        The page alone cannot tell: until its session exists, the toolbar shows the default "idle" and
+        the preferred kernel's name, and Run All then clears every prompt and runs nothing.
+        """
+        deadline = time.monotonic() + timeout_s
+        sessions: list[dict] = []
+        while time.monotonic() < deadline:
+            sessions = [s for s in self.server.sessions() if s.get("path") == self.path]
+            if any((s.get("kernel") or {}).get("connections", 0) >= 1 for s in sessions):
+                return
+            self.page.wait_for_timeout(POLL_MS)
+        raise AssertionError(f"{self.path}: no kernel connected to the page after {timeout_s:.0f} s; "
+                             f"the server's sessions for it: {sessions}")
 
     @property
     def panel(self):

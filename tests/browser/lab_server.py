@@ -158,6 +158,12 @@ class LabServer:
         with urllib.request.urlopen(self.url("api/kernels"), timeout=10) as response:
             return json.load(response)
 
+    def sessions(self) -> list[dict]:
+        """The server's sessions, as its REST API lists them (path, kernel with execution_state and
+        connections: the number of open websockets to that kernel)."""
+        with urllib.request.urlopen(self.url("api/sessions"), timeout=10) as response:
+            return json.load(response)
+
     def notebook(self, path: str) -> dict:
         """The notebook at ``path`` as saved on the server (nbformat JSON: cells, outputs, metadata)."""
         with urllib.request.urlopen(self.url(f"api/contents/{path}?content=1"), timeout=30) as response:
