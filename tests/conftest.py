@@ -123,15 +123,24 @@ def _stop_ranks_and_check_only_the_template_is_left(timeout_s: float) -> None:
 @pytest.fixture
 def no_leftover_processes(no_leftover_processes_after_the_module):
     """After the test, stop its ranks and assert that no child process survives but the rank template;
-    after the module's last test, that too (``no_leftover_processes_after_the_module``)."""
+    after the worker's last test, that too (``no_leftover_processes_after_the_session``)."""
     yield
     _stop_ranks_and_check_only_the_template_is_left(5.0)
 
 
 @pytest.fixture(scope="module")
-def no_leftover_processes_after_the_module():
-    """For a module whose tests share one rank template: after its last test, stop labutils and
-    assert that no child process survives."""
+def no_leftover_processes_after_the_module(no_leftover_processes_after_the_session):
+    """For a module whose tests are checked together: after its last test, stop its ranks and assert
+    that no child process survives but the rank template, which the next module's first launch reuses
+    as a notebook's next cell does (a new one would import torch again, about 2 s of CPU)."""
+    yield
+    _stop_ranks_and_check_only_the_template_is_left(10.0)
+
+
+@pytest.fixture(scope="session")
+def no_leftover_processes_after_the_session():
+    """After the last test of the session (of the worker, under ``pytest -n``) that launched ranks,
+    stop labutils and assert that no child process survives."""
     yield
     _stop_labutils_and_check_no_leftovers(10.0)
 
