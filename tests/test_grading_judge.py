@@ -399,3 +399,17 @@ def test_only_a_service_keeps_reference_runs_for_a_lab_a_kernels_judge_is_refuse
         server.main(["--stdio", "--lab", LAB])
     assert exited.value.code == 2
     assert "--lab goes with --service" in capsys.readouterr().err
+
+
+def test_a_services_later_templates_import_for_optimizers_only_where_the_labs_ranks_build_them(monkeypatch):
+    from grading.judge import server
+    from labutils.ranks._template import EAGER_IMPORTS_ENV
+
+    for lab in engine.available_labs():
+        builds = engine.load_lab(lab).RANKS_BUILD_OPTIMIZERS
+        assert type(builds) is bool, lab
+        monkeypatch.delenv(EAGER_IMPORTS_ENV, raising=False)
+        server._later_templates_import_for(lab)
+        assert os.environ[EAGER_IMPORTS_ENV] == ("1" if builds else "0"), lab
+    assert engine.load_lab("lab04_zero").RANKS_BUILD_OPTIMIZERS  # its stages build AdamW on every rank
+    assert not engine.load_lab("lab02_collectives").RANKS_BUILD_OPTIMIZERS

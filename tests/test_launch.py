@@ -625,6 +625,20 @@ def test_an_eager_template_forks_ranks_with_the_optimizers_imports_made_and_froz
         assert imported and listed < 20_000, (imported, listed)  # torch._dynamo alone makes about 120,000
 
 
+def test_a_template_told_never_to_make_the_optimizers_imports_leaves_them_to_the_ranks_that_need_them():
+    """``LABUTILS_EAGER_IMPORTS=0`` (the judge of a lab whose ranks build no optimizer): the template
+    idles well past its idle moment and still has not imported torch._dynamo; a rank that builds an
+    optimizer imports it itself, and works."""
+    out = _run_fresh("""
+        import time, labutils, rankfns
+        from labutils.ranks import _starters, _template
+        _starters.get_starter()
+        time.sleep(5 * _template.IDLE_AFTER_S)
+        print(labutils.launch(rankfns.objects_after_a_first_optimizer, 2))
+    """, LABUTILS_EAGER_IMPORTS="0", PYTHONPATH=os.path.dirname(__file__))
+    assert [imported for imported, listed in ast.literal_eval(out.strip().splitlines()[-1])] == [False, False]
+
+
 def test_importing_labutils_in_ipython_starts_the_template_the_first_launch_uses():
     out = _run_fresh("""
         from IPython.core.interactiveshell import InteractiveShell

@@ -29,6 +29,9 @@ from grading.judge.rankside import SubmissionProblem
 from grading.reference import pipeline_parallel as pp
 
 WORLD_SIZE = 4
+#: Whether the hidden tests' ranks build optimizers (torch.optim then imports torch._dynamo, about 1 s
+#: of CPU a rank): the judge has its rank templates import it beforehand only where they do.
+RANKS_BUILD_OPTIMIZERS = False
 PP_SIZES = (2, 4)
 NUM_LAYERS, HIDDEN, MICROBATCH = 4, 4, 2
 MICROBATCH_COUNTS = (3, 6)  # m < p = 4 too: 1F1B then holds at most m

@@ -23,6 +23,9 @@ from grading.judge.rankside import SubmissionProblem
 from grading.reference import expert_parallel as ep
 
 WORLD_SIZE = 4
+#: Whether the hidden tests' ranks build optimizers (torch.optim then imports torch._dynamo, about 1 s
+#: of CPU a rank): the judge has its rank templates import it beforehand only where they do.
+RANKS_BUILD_OPTIMIZERS = False
 HIDDEN, FFN_HIDDEN, TOKENS, AUX_COEFFICIENT = 8, 16, 12, 1e-2
 #: (group size, experts E, top_k, capacity factor c) of the routing and MoE cases.
 LAYOUTS = ((4, 8, 2, 1.0), (4, 4, 1, 1.5), (2, 8, 2, 2.0))

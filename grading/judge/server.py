@@ -218,6 +218,17 @@ def _start_fresh_template() -> None:
     _starters.prestart()
 
 
+def _later_templates_import_for(lab: str) -> None:
+    """The rank templates started from now on (under a sandbox, one for each submission) import what
+    ranks that build an optimizer need before their hello where ``lab``'s hidden tests build one
+    (``RANKS_BUILD_OPTIMIZERS`` of its spec module), and never where they do not: about 1 s of CPU
+    saved for each submission of such a lab. The template already running keeps what it had."""
+    from grading.judge import engine
+    from labutils.ranks._template import EAGER_IMPORTS_ENV
+
+    os.environ[EAGER_IMPORTS_ENV] = "1" if engine.load_lab(lab).RANKS_BUILD_OPTIMIZERS else "0"
+
+
 def _warm_up(options) -> None:
     """Start labutils' rank template now, so the first request pays no torch import."""
     import labutils
@@ -304,6 +315,8 @@ def main(argv=None) -> int:
 
     for lab in engine.available_labs():  # the specs and the reference, before any request
         engine.load_lab(lab)
+    if options.lab:
+        _later_templates_import_for(options.lab)
 
     if options.service:
         references = run_class_references(options.lab, options, log.note) if options.lab else {}

@@ -1,7 +1,8 @@
 """The template process: imports torch once, then forks ranks on request (Linux); in its first idle
 moment it also imports what only ranks that build an optimizer need (``_import_when_idle``), or
 before its hello where ``$LABUTILS_EAGER_IMPORTS`` is "1" (a caller with no user waiting on its
-first launch, whose first ranks would otherwise import them each: the judge).
+first launch, whose first ranks would otherwise import them each: the judge), or never where it is
+"0" (a caller whose ranks build no optimizer: the judge of a lab without one).
 
 Started by the caller as a fresh interpreter (``python -m labutils.ranks._template FD``), in its
 own session so a kernel interrupt does not reach it. It never runs a torch operation, so
@@ -28,7 +29,7 @@ from labutils.ranks import _wire
 from labutils.ranks._messages import RankExited, SignalRanks, Spawn, Spawned, TemplateHello
 
 _PR_SET_PDEATHSIG = 1
-#: Environment variable: "1" has the template make its idle imports before its hello.
+#: Environment variable: "1" has the template make its idle imports before its hello, "0" never.
 EAGER_IMPORTS_ENV = "LABUTILS_EAGER_IMPORTS"
 
 
@@ -170,7 +171,7 @@ def main(fd: int) -> None:
     selector.register(control, selectors.EVENT_READ, "control")
     selector.register(wakeup_r, selectors.EVENT_READ, "sigchld")
     reader = _wire.FrameReader()
-    idle_imports_due = os.environ.get(EAGER_IMPORTS_ENV) != "1"
+    idle_imports_due = os.environ.get(EAGER_IMPORTS_ENV) not in ("1", "0")
     while True:
         events = selector.select(IDLE_AFTER_S if idle_imports_due else None)
         if not events and idle_imports_due:
