@@ -144,11 +144,14 @@ def load_lab(lab: str):
 @dataclass
 class ReferenceRun:
     """What the reference did on a hidden test's cases (:func:`run_reference`): per rank its results
-    (``RankResults``, with the bytes its ranks sent each other) and the seconds its launch took."""
+    (``RankResults``, with the bytes its ranks sent each other), the seconds its launch took, and per
+    case what each rank must give (``expected_by_rank``), which the reference's results matched: worked
+    out once, for every submission judged against this run."""
 
     cases: list
     results: list
     seconds: float
+    expected: list
 
 
 def run_test(lab: str, test: str, names: list, blob: bytes, sources: dict, *,
@@ -196,7 +199,10 @@ def run_reference(lab: str, test: str, *, rank_timeout_s: float, backend: str = 
     except (LaunchError, rankside.JudgeFailed) as exc:
         return Verdict(test, spec.title, False, [f"✗ judge error: the reference failed on rank "
                                                  f"{getattr(exc, 'rank', '?')}: {str(exc)[-2000:]}"], judge_error=True)
-    return ReferenceRun(cases, results, time.monotonic() - started)
+    seconds = time.monotonic() - started
+    expected = [expected_by_rank(spec, case) for case in cases]
+    unmatched = _reference_verdict(test, spec, cases, expected, [r["reference"] for r in results])
+    return unmatched or ReferenceRun(cases, results, seconds, expected)
 
 
 def judge_against(reference: ReferenceRun, lab: str, test: str, names: list, blob: bytes, sources: dict, *,
@@ -220,7 +226,7 @@ def judge_against(reference: ReferenceRun, lab: str, test: str, names: list, blo
         return Verdict(test, spec.title, False, [f"✗ a rank died while running your code: {_first_sentence(exc)}"])
     except LaunchError as exc:
         return Verdict(test, spec.title, False, [f"✗ the ranks failed: {_first_sentence(exc)}"])
-    verdict = compare(test, spec, reference.cases, merge(reference.results, student))
+    verdict = compare(test, spec, reference.cases, merge(reference.results, student), expected=reference.expected)
     problem = traffic_problem(reference.results.loopback_bytes, student.loopback_bytes)
     if reference.results.loopback_bytes is not None:  # the judge's log (course grade's --log), for the instructor
         print(f"{lab} {test}: loopback bytes: reference {reference.results.loopback_bytes}, "
@@ -439,28 +445,44 @@ def _describe_bytes(sizes: dict) -> str:
     return ", ".join(parts) if parts else "no bytes"
 
 
-def _expected_by_rank(spec: TestSpec, case: Case) -> list:
+def expected_by_rank(spec: TestSpec, case: Case) -> list:
+    """What each rank of ``case`` must give (``spec.expected`` of each group's data), in rank order."""
     per_rank = []
     for data in case.groups:
         per_rank.extend(spec.expected(case, data))
     return per_rank
 
 
-def compare(test: str, spec: TestSpec, cases: list, results: list) -> Verdict:
-    """The verdict on the per-rank results of ``merge(launch_reference(...), launch_submission(...))``."""
+def _reference_verdict(test: str, spec: TestSpec, cases: list, expected: list, per_rank: list) -> Verdict | None:
+    """A judge-error verdict when the reference's results (``per_rank``: each rank's list over ``cases``)
+    do not give ``expected`` on some case; None when they do."""
+    for index, case in enumerate(cases):
+        reference = [results[index] for results in per_rank]
+        if spec.measure is not None:
+            spec.measure(case, reference)
+        problem = _case_problem(expected[index], reference, reference)
+        if problem:
+            return Verdict(test, spec.title, False, [f"✗ judge error in {case.name}: the reference {problem}"],
+                           judge_error=True)
+    return None
+
+
+def compare(test: str, spec: TestSpec, cases: list, results: list, *, expected: list | None = None) -> Verdict:
+    """The verdict on the per-rank results of ``merge(launch_reference(...), launch_submission(...))``.
+    ``expected``: per case, ``expected_by_rank``, when a :class:`ReferenceRun` has it and its results
+    were found to match it; otherwise it is worked out and the reference is held to it first."""
+    if expected is None:
+        expected = [expected_by_rank(spec, case) for case in cases]
+        unmatched = _reference_verdict(test, spec, cases, expected, [r["reference"] for r in results])
+        if unmatched:
+            return unmatched
     lines, failures = [], 0
     for index, case in enumerate(cases):
-        expected = _expected_by_rank(spec, case)
         reference = [r["reference"][index] for r in results]
         student_results = [r["student"][index] for r in results]
         if spec.measure is not None:
-            spec.measure(case, reference)
             spec.measure(case, student_results)
-        reference_problem = _case_problem(expected, reference, reference)
-        if reference_problem:
-            return Verdict(test, spec.title, False, [f"✗ judge error in {case.name}: the reference {reference_problem}"],
-                           judge_error=True)
-        problem = _case_problem(expected, student_results, reference)
+        problem = _case_problem(expected[index], student_results, reference)
         if problem:
             failures += 1
             if failures <= MAX_LISTED_FAILURES:
