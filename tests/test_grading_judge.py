@@ -18,7 +18,7 @@ import torch
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 from grading.autograder.fixtures import apply_fixture, parse_fixture, student_solution
-from grading.judge import client, engine
+from grading.judge import client, comparisons, engine
 
 LAB = "lab01_tensor_parallel"
 
@@ -286,9 +286,9 @@ def test_equivalent_collectives_count_alike_and_a_different_one_does_not():
     same = [{"comm": {"forward": {"all_gather_into_tensor": 1}, "backward": {}}}]
     other = [{"comm": {"forward": {"all_reduce": 1}, "backward": {}}}]
     nothing_expected = [{"grads": {}}]
-    assert engine.canonical_calls({"all_gather_into_tensor": 1, "all_gather": 1, "send": 0}) == {"all_gather": 2}
-    assert engine._case_problem(nothing_expected, same, reference) is None
-    assert engine._case_problem(nothing_expected, other, reference) == (
+    assert comparisons.canonical_calls({"all_gather_into_tensor": 1, "all_gather": 1, "send": 0}) == {"all_gather": 2}
+    assert comparisons.case_problem(nothing_expected, same, reference) is None
+    assert comparisons.case_problem(nothing_expected, other, reference) == (
         "forward on rank 0 made 1 all_reduce, expected 1 all_gather")
 
 
@@ -320,11 +320,11 @@ def test_each_rank_receives_its_own_shards_in_storage_of_their_own_and_no_other_
 def test_the_same_operations_with_other_bytes_fail_with_the_bytes_named():
     reference = [{"comm": {"forward": {"all_reduce": 1}}, "comm_bytes": {"forward": {"all_reduce": 96}}}]
     dummy = [{"comm": {"forward": {"all_reduce": 1}}, "comm_bytes": {"forward": {"all_reduce": 4}}}]
-    assert engine._case_problem([{"grads": {}}], dummy, reference) == (
+    assert comparisons.case_problem([{"grads": {}}], dummy, reference) == (
         "forward on rank 0 moved 4 bytes in all_reduce, expected 96 bytes in all_reduce "
         "(the same operations, other sizes)")
     same = [{"comm": {"forward": {"all_reduce": 1}}, "comm_bytes": {"forward": {"all_reduce": 96}}}]
-    assert engine._case_problem([{"grads": {}}], same, reference) is None
+    assert comparisons.case_problem([{"grads": {}}], same, reference) is None
 
 
 # ----- the red team's submissions (tests/fixtures/labNN/red_team) ---------------------------------------

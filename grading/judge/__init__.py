@@ -17,7 +17,8 @@ cells travel by value) and sends them, unopened, to a judge process:
   launches of its own; a submission's launch holds its objects, its inputs, the harness and the
   reference objects the test lends, nothing else of the grader. Ranks send back raw tensors and
   call counts (``torch.save`` bytes, read with ``weights_only=True``).
-- ``engine``: the comparisons and the verdict; ``protocol``: the wire format.
+- ``engine``: the cases, the launches and the verdict; ``comparisons``: how results differ from what
+  was expected; ``protocol``: the wire format.
 - one module per lab (``lab01_tensor_parallel``...): its cases, dense maths and rank code.
 """
 from grading.judge.client import HiddenTestsFailed, judge

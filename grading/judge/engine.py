@@ -21,17 +21,16 @@ import torch.nn.functional as F
 from labutils.ranks.errors import LaunchError, RankDiedError, RankTimeoutError
 
 from grading.judge import rankside, shipping
+from grading.judge.comparisons import case_problem
 from grading.judge.handoff import Reload, run_stages
 from grading.judge.loopback import traffic_problem
 from grading.judge.rank_messages import restricted_unpickling
 from grading.judge.perrank import RankResults, launch_each
 
 # Captured once, before any request: what the judge computes and compares with.
-_linear, _gelu, _isfinite = F.linear, F.gelu, torch.isfinite
+_linear, _gelu = F.linear, F.gelu
 _torch_load, _float64 = torch.load, torch.float64
 
-#: Tolerances of every comparison: |got - expected| <= ATOL + RTOL * |expected|.
-ATOL, RTOL = 1e-4, 1e-4
 #: Seconds the reference's ranks may run at least: the judge's own code, whose slowness on a busy
 #: machine is no fault of the submission's (its launch ends when it is done, well before).
 REFERENCE_TIMEOUT_S = 600.0
@@ -357,94 +356,6 @@ def _timeout_line(exc: RankTimeoutError, timeout_s: float, sources: dict) -> str
     return line + (f" (stuck in {where})" if where else " (a rank waiting in a collective another rank never called?)")
 
 
-# ----- comparisons ------------------------------------------------------------------------
-
-def _mismatch(got, expected: torch.Tensor) -> str | None:
-    """None when ``got`` matches ``expected`` within ATOL/RTOL, else a short description."""
-    if got is None:
-        return "is missing (None)"
-    if tuple(got.shape) != tuple(expected.shape):
-        return f"has shape {tuple(got.shape)}, expected {tuple(expected.shape)}"
-    got, expected = got.to(_float64), expected.to(_float64)
-    if not bool(_isfinite(got).all()):
-        return "contains NaN or inf"
-    excess = (got - expected).abs() - (ATOL + RTOL * expected.abs())
-    if bool((excess > 0).any()):
-        index = int(excess.flatten().argmax())
-        worst_got, worst_expected = got.flatten()[index].item(), expected.flatten()[index].item()
-        max_error = (got - expected).abs().max().item()
-        return f"differs: max |got - expected| = {max_error:.3g} (e.g. got {worst_got:.4g}, expected {worst_expected:.4g})"
-    return None
-
-
-#: Collectives that do the same communication under another name, counted as the name they map to.
-EQUIVALENT_OPS = {"all_gather_into_tensor": "all_gather", "_all_gather_base": "all_gather",
-                  "reduce_scatter_tensor": "reduce_scatter", "_reduce_scatter_base": "reduce_scatter",
-                  "all_to_all_single": "all_to_all", "isend": "send", "irecv": "recv"}
-
-
-def canonical_calls(counts: dict) -> dict:
-    """``counts`` ({op: calls}) with equivalent collectives (``EQUIVALENT_OPS``) under one name; zeros dropped."""
-    merged: dict = {}
-    for op, n in counts.items():
-        if n:
-            name = EQUIVALENT_OPS.get(op, op)
-            merged[name] = merged.get(name, 0) + n
-    return merged
-
-
-def _describe_calls(counts: dict) -> str:
-    calls = [f"{n} {op}" for op, n in sorted(counts.items()) if n]
-    return ", ".join(calls) if calls else "no collective"
-
-
-def _case_problem(expected_by_rank: list, student: list, reference: list) -> str | None:
-    """The first thing wrong with a run of a case (lowest rank first), or None."""
-    for rank, (got, want) in enumerate(zip(student, expected_by_rank)):
-        for key, label in (("out", "output"), ("dx", "input gradient dX")):
-            if key not in want:  # a test with no input (collectives, bandwidth) expects no dX
-                continue
-            problem = _mismatch(got[key], want[key])
-            if problem:
-                return f"{label} on rank {rank} {problem}"
-        for path, expected_grad in want["grads"].items():
-            problem = _mismatch(got["grads"].get(path), expected_grad)
-            if problem:
-                return f"gradient of {path} on rank {rank} {problem}"
-        for label, expected_value in want.get("values", {}).items():  # named measurements of a lab's test
-            got_value = got.get("values", {}).get(label)
-            if isinstance(got_value, str):  # could not be measured; the string says why
-                return f"{label} on rank {rank}: {got_value}"
-            problem = _mismatch(got_value, expected_value)
-            if problem:
-                return f"{label} on rank {rank} {problem}"
-    for rank, (got, ref) in enumerate(zip(student, reference)):
-        problem = _communication_problem(rank, got, ref)
-        if problem:
-            return problem
-    return None
-
-
-def _communication_problem(rank: int, got: dict, ref: dict) -> str | None:
-    """How what ``rank`` communicated (its process group's record) differs from the reference's:
-    the operations of each phase, then the bytes of each operation; or None."""
-    for phase in ref["comm"]:  # "forward", "backward", and any phase a lab's test names
-        if canonical_calls(got["comm"].get(phase, {})) != canonical_calls(ref["comm"][phase]):
-            return (f"{phase} on rank {rank} made {_describe_calls(got['comm'].get(phase, {}))}, "
-                    f"expected {_describe_calls(ref['comm'][phase])}")
-    for phase, expected_bytes in ref.get("comm_bytes", {}).items():
-        got_bytes = canonical_calls(got.get("comm_bytes", {}).get(phase, {}))
-        if got_bytes != canonical_calls(expected_bytes):
-            return (f"{phase} on rank {rank} moved {_describe_bytes(got_bytes)}, expected "
-                    f"{_describe_bytes(canonical_calls(expected_bytes))} (the same operations, other sizes)")
-    return None
-
-
-def _describe_bytes(sizes: dict) -> str:
-    parts = [f"{n:,} bytes in {op}" for op, n in sorted(sizes.items()) if n]
-    return ", ".join(parts) if parts else "no bytes"
-
-
 def expected_by_rank(spec: TestSpec, case: Case) -> list:
     """What each rank of ``case`` must give (``spec.expected`` of each group's data), in rank order."""
     per_rank = []
@@ -460,7 +371,7 @@ def _reference_verdict(test: str, spec: TestSpec, cases: list, expected: list, p
         reference = [results[index] for results in per_rank]
         if spec.measure is not None:
             spec.measure(case, reference)
-        problem = _case_problem(expected[index], reference, reference)
+        problem = case_problem(expected[index], reference, reference)
         if problem:
             return Verdict(test, spec.title, False, [f"✗ judge error in {case.name}: the reference {problem}"],
                            judge_error=True)
@@ -482,7 +393,7 @@ def compare(test: str, spec: TestSpec, cases: list, results: list, *, expected: 
         student_results = [r["student"][index] for r in results]
         if spec.measure is not None:
             spec.measure(case, student_results)
-        problem = _case_problem(expected[index], student_results, reference)
+        problem = case_problem(expected[index], student_results, reference)
         if problem:
             failures += 1
             if failures <= MAX_LISTED_FAILURES:

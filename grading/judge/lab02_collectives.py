@@ -24,8 +24,7 @@ from grading.judge.rankside import SubmissionProblem, substitute
 from grading.reference import collectives
 
 WORLD_SIZE = 4
-#: Whether the hidden tests' ranks build optimizers (torch.optim then imports torch._dynamo, about 1 s
-#: of CPU a rank): the judge has its rank templates import it beforehand only where they do.
+#: Whether the hidden tests' ranks build optimizers (whose torch._dynamo import the judge's templates make first).
 RANKS_BUILD_OPTIMIZERS = False
 RING_SIZES = (2, 4)
 

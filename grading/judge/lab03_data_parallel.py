@@ -28,8 +28,7 @@ from grading.judge.rankside import SubmissionProblem
 from grading.reference import data_parallel as dp
 
 WORLD_SIZE = 4
-#: Whether the hidden tests' ranks build optimizers (torch.optim then imports torch._dynamo, about 1 s
-#: of CPU a rank): the judge has its rank templates import it beforehand only where they do.
+#: Whether the hidden tests' ranks build optimizers (whose torch._dynamo import the judge's templates make first).
 RANKS_BUILD_OPTIMIZERS = True
 DP_SIZES = (2, 4)
 IN_FEATURES, HIDDEN, OUT_FEATURES, BATCH = 6, 8, 3, 8

@@ -1,8 +1,7 @@
 """Hidden tests of lab 4 (ZeRO): shard ranges and AdamW, stage 1, stage 2, stage 3 (FSDP).
 
 Parts 2 to 4 run on 4 ranks, as one data-parallel group of 4 and as two groups of 2 ({0, 1}
-and {2, 3}, each with its own data), on models whose size the group size does not divide
-(uneven shards).
+and {2, 3}, each with its own data), on models whose size the group size does not divide (uneven shards).
 
 Part 1: ``adamw_update_`` against torch.optim.AdamW in float64, and bit for bit against its
 default (single-tensor) float32 steps, run here (torch's order of operations).
@@ -30,9 +29,8 @@ shards (the grader's ``adamw_update_``, eps ``SHARD_STEP_EPS``) with ``torch.opt
 the dense model; the collectives per phase are counted (an all-gather per unit in forward, an
 all-gather and a reduce-scatter per unit in backward); and between forward and backward the
 model and the autograd graph may hold the shards and the units' inputs and outputs, no full parameter
-(measured by ``held_memory``). Parts 2 to 4 run with the grader's Part 1. Only Parts
-2 and 3 build ``torch.optim`` optimizers on the ranks (the first imports torch's compiler: seconds
-per rank).
+(measured by ``held_memory``). Parts 2 to 4 run with the grader's Part 1. Only Parts 2 and 3 build
+``torch.optim`` optimizers on the ranks (``RANKS_BUILD_OPTIMIZERS``: the first imports torch's compiler).
 
 In Parts 2 to 4 each rank receives only what it holds in ZeRO (``_own_gradients`` and
 ``_own_batch``, the tests' ``rank_data``): the parameters (every rank starts from all of them)
@@ -57,8 +55,7 @@ from grading.reference import fsdp, zero
 from grading.reference.zero import adamw_update_
 
 WORLD_SIZE = 4
-#: Whether the hidden tests' ranks build optimizers (torch.optim then imports torch._dynamo, about 1 s
-#: of CPU a rank): the judge has its rank templates import it beforehand only where they do.
+#: Whether the hidden tests' ranks build optimizers (whose torch._dynamo import the judge's templates make first).
 RANKS_BUILD_OPTIMIZERS = True
 DP_SIZES = (2, 4)
 STEPS, LR, BETAS, EPS, WEIGHT_DECAY = 3, 0.05, (0.9, 0.999), 1e-8, 0.1

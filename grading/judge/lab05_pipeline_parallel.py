@@ -29,8 +29,7 @@ from grading.judge.rankside import SubmissionProblem
 from grading.reference import pipeline_parallel as pp
 
 WORLD_SIZE = 4
-#: Whether the hidden tests' ranks build optimizers (torch.optim then imports torch._dynamo, about 1 s
-#: of CPU a rank): the judge has its rank templates import it beforehand only where they do.
+#: Whether the hidden tests' ranks build optimizers (whose torch._dynamo import the judge's templates make first).
 RANKS_BUILD_OPTIMIZERS = False
 PP_SIZES = (2, 4)
 NUM_LAYERS, HIDDEN, MICROBATCH = 4, 4, 2

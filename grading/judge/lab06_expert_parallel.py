@@ -23,8 +23,7 @@ from grading.judge.rankside import SubmissionProblem
 from grading.reference import expert_parallel as ep
 
 WORLD_SIZE = 4
-#: Whether the hidden tests' ranks build optimizers (torch.optim then imports torch._dynamo, about 1 s
-#: of CPU a rank): the judge has its rank templates import it beforehand only where they do.
+#: Whether the hidden tests' ranks build optimizers (whose torch._dynamo import the judge's templates make first).
 RANKS_BUILD_OPTIMIZERS = False
 HIDDEN, FFN_HIDDEN, TOKENS, AUX_COEFFICIENT = 8, 16, 12, 1e-2
 #: (group size, experts E, top_k, capacity factor c) of the routing and MoE cases.

@@ -26,8 +26,7 @@ from grading.judge.rankside import SubmissionProblem
 from grading.reference import pytorch_apis as apis
 
 WORLD_SIZE = 4
-#: Whether the hidden tests' ranks build optimizers (torch.optim then imports torch._dynamo, about 1 s
-#: of CPU a rank): the judge has its rank templates import it beforehand only where they do.
+#: Whether the hidden tests' ranks build optimizers (whose torch._dynamo import the judge's templates make first).
 RANKS_BUILD_OPTIMIZERS = True
 CONFIG = TransformerConfig()
 BATCH, SEQ = 2, 8
