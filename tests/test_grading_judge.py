@@ -413,3 +413,33 @@ def test_a_services_later_templates_import_for_optimizers_only_where_the_labs_ra
         assert os.environ[EAGER_IMPORTS_ENV] == ("1" if builds else "0"), lab
     assert engine.load_lab("lab04_zero").RANKS_BUILD_OPTIMIZERS  # its stages build AdamW on every rank
     assert not engine.load_lab("lab02_collectives").RANKS_BUILD_OPTIMIZERS
+
+
+def test_a_services_begin_asks_the_kernels_for_the_same_import_plan_and_only_labutils_variables_pass(
+        monkeypatch, tmp_path):
+    """Each submission's kernel gets the plan the service's own templates follow (its template serves
+    the notebook's launches); a reply naming any other variable stops the grading of that submission."""
+    import io
+    from types import SimpleNamespace
+
+    from grading.autograder import judge_service
+    from grading.judge import server
+    from grading.judge.protocol import read_message
+    from labutils.ranks._template import EAGER_IMPORTS_ENV
+
+    monkeypatch.setattr(server, "_start_fresh_template", lambda: None)  # no template: only the reply is read
+    for value in ("0", "1", None):
+        if value is None:
+            monkeypatch.delenv(EAGER_IMPORTS_ENV, raising=False)
+        else:
+            monkeypatch.setenv(EAGER_IMPORTS_ENV, value)
+        reply = io.BytesIO()
+        service = server._Service(reply, None, SimpleNamespace(start=lambda title: None), {})
+        service.control({"cmd": "begin", "submission": "alice", "socket": str(tmp_path / "judge.sock")})
+        service._close_listener()
+        answer, _ = read_message(io.BytesIO(reply.getvalue()))
+        assert answer == {"ok": True, "kernel_env": {} if value is None else {EAGER_IMPORTS_ENV: value}}
+        assert judge_service._kernel_variables(answer["kernel_env"]) == answer["kernel_env"]
+    for bad in ({"LD_PRELOAD": "/tmp/x.so"}, {EAGER_IMPORTS_ENV: 1}, ["LABUTILS_X"]):
+        with pytest.raises(judge_service.JudgeServiceFailed, match="kernel variables"):
+            judge_service._kernel_variables(bad)

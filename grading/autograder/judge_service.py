@@ -4,8 +4,9 @@ in the worker's memory cgroup where there is one (``--cgroup-procs``: ``autograd
 
     service = JudgeService(log_path, rank_timeout_s=60, backend="gloo", memory_limit_gib=4, visible_devices="0,1",
                            lab="lab02_collectives")   # its hidden tests' references run once, now
-    socket_path = service.begin("alice")     # kernels of alice's autograde connect here
+    socket_path, variables = service.begin("alice")  # kernels of alice's autograde connect here
     ...                                       # run nbgrader autograde with LAB_JUDGE_SOCKET=socket_path
+                                              # and ``variables`` in its kernels' environment
     verdicts = service.end()                 # what the judge decided, whatever the notebook shows
     service.close()
 """
@@ -64,6 +65,21 @@ class JudgeServiceFailed(RuntimeError):
     """The judge process stopped or answered nonsense."""
 
 
+#: The prefix of every variable the judge may ask a submission's kernel to set (labutils' own).
+KERNEL_VARIABLE_PREFIX = "LABUTILS_"
+
+
+def _kernel_variables(variables) -> dict:
+    """``variables`` from the judge's "begin" reply, checked: a dict of str to str, every name labutils'
+    own. JudgeServiceFailed otherwise."""
+    if not isinstance(variables, dict) or not all(
+            isinstance(name, str) and isinstance(value, str) and name.startswith(KERNEL_VARIABLE_PREFIX)
+            for name, value in variables.items()):
+        raise JudgeServiceFailed(f"the judge asked for kernel variables other than {KERNEL_VARIABLE_PREFIX}*: "
+                                 f"{variables!r:.200}")
+    return dict(variables)
+
+
 class JudgeService:
     """A judge process kept warm across submissions; one submission at a time."""
 
@@ -99,14 +115,16 @@ class JudgeService:
             raise JudgeServiceFailed(reply["error"])
         return reply
 
-    def begin(self, submission: str) -> str:
-        """Open a fresh socket for ``submission``'s kernels; return its path. Restarts a dead judge."""
+    def begin(self, submission: str) -> tuple[str, dict]:
+        """Open a fresh socket for ``submission``'s kernels; return its path and the variables the
+        judge asks the kernels to add to their environment (``server.kernel_environment``). Restarts a
+        dead judge."""
         if self._process.poll() is not None:
             self._start()
         self._socket_dir = tempfile.mkdtemp(prefix="judge-")
         path = os.path.join(self._socket_dir, "judge.sock")
-        self._exchange({"cmd": "begin", "submission": submission, "socket": path})
-        return path
+        reply = self._exchange({"cmd": "begin", "submission": submission, "socket": path})
+        return path, _kernel_variables(reply.get("kernel_env", {}))
 
     def end(self) -> list:
         """Close the submission's socket; its verdicts, in the order the judge gave them."""

@@ -215,7 +215,7 @@ def _autograde(student: str, service: JudgeService, worker: AutogradeWorker, opt
     outcome = SubmissionOutcome(student)
     started = time.monotonic()
     try:
-        socket_path = service.begin(student)
+        socket_path, kernel_variables = service.begin(student)
     except JudgeServiceFailed as exc:
         outcome.failure = f"the judge could not start: {exc}"
         return outcome
@@ -225,7 +225,7 @@ def _autograde(student: str, service: JudgeService, worker: AutogradeWorker, opt
                                on_gpu=options.backend != "gloo" and bool(gpu_devices()),
                                hidden=(options.course_dir, os.path.abspath(options.submissions_dir)),
                                cgroup_procs=cgroup_procs, output_log=log_path[:-len(".log")] + ".kernel.log")
-        result = worker.autograde(options.lab, student, {"LAB_JUDGE_SOCKET": socket_path,
+        result = worker.autograde(options.lab, student, {**kernel_variables, "LAB_JUDGE_SOCKET": socket_path,
                                                          SANDBOX_ENV: spec.to_env()}, options.submission_timeout_s)
         with open(log_path, "w") as log:  # its tail: nbgrader's log quotes what the cells printed
             log.write((result.get("log", "") + result.get("error", ""))[-MAX_LOG_CHARS:])

@@ -11,9 +11,10 @@ to the reply channel, which is a private copy of the original stdout.
 
 --stdio: requests on stdin, one reply each on stdout; the process ends with stdin.
 --service: ``course grade`` drives it on stdin/stdout with JSON control frames:
-    {"cmd": "begin", "submission": ID, "socket": PATH}  -> {"ok": true}; kernels may now
-        connect to PATH (one request per connection), their verdicts are kept for ID; a fresh rank
-        template for ID starts importing torch meanwhile;
+    {"cmd": "begin", "submission": ID, "socket": PATH}  -> {"ok": true, "kernel_env": {...}}; kernels
+        may now connect to PATH (one request per connection), their verdicts are kept for ID; a fresh
+        rank template for ID starts importing torch meanwhile; ``kernel_env``: variables for the
+        submission's kernel (``kernel_environment``);
     {"cmd": "end"}  -> {"submission": ID, "verdicts": [...]}; PATH is removed.
     With --lab LAB, each hidden test's reference runs once as the service starts, and every submission
     is judged against those runs (``run_class_references``); the first "begin" is answered after them.
@@ -142,7 +143,7 @@ class _Service:
             self.listener.listen(8)
             self.selector.register(self.listener, selectors.EVENT_READ, "listener")
             _start_fresh_template()
-            write_message(self.reply, {"ok": True})
+            write_message(self.reply, {"ok": True, "kernel_env": kernel_environment()})
         elif command == "end":
             self._close_listener()
             if self.options.sandbox_dir:  # whatever the submission's ranks started ends with their sandbox
@@ -227,6 +228,18 @@ def _later_templates_import_for(lab: str) -> None:
     from labutils.ranks._template import EAGER_IMPORTS_ENV
 
     os.environ[EAGER_IMPORTS_ENV] = "1" if engine.load_lab(lab).RANKS_BUILD_OPTIMIZERS else "0"
+
+
+def kernel_environment() -> dict:
+    """What the kernels of this service's submissions add to their environment: the import plan of
+    its later rank templates (``_later_templates_import_for``), so a kernel's own template, which
+    serves the notebook's launches, skips torch's compiler for a lab whose ranks build no optimizer
+    (about 1 s of CPU for each submission) and has it imported before any rank of a lab whose ranks
+    do. Empty without --lab (the plan is then labutils' default)."""
+    from labutils.ranks._template import EAGER_IMPORTS_ENV
+
+    value = os.environ.get(EAGER_IMPORTS_ENV)
+    return {} if value is None else {EAGER_IMPORTS_ENV: value}
 
 
 def _warm_up(options) -> None:
