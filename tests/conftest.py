@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -33,6 +34,7 @@ def lenient_collectives(monkeypatch):
     """This test is about what happens without the strict checks (gloo's own behaviour)."""
     monkeypatch.delenv("LABUTILS_STRICT_COLLECTIVES", raising=False)
 
+from judge_scratch import new_scratch, ranks_write_in
 from proctree import describe, descendants, wait_until_gone
 
 pytest_plugins = ["time_by_group"]
@@ -143,6 +145,18 @@ def no_leftover_processes_after_the_session():
     stop labutils and assert that no child process survives."""
     yield
     _stop_labutils_and_check_no_leftovers(10.0)
+
+
+@pytest.fixture(scope="module")
+def judge_in_this_process():
+    """For a module that runs the judge's ranks from this process (not through ``course grade``): their
+    folders go with the module (``judge_scratch``)."""
+    folder = new_scratch()
+    try:
+        with ranks_write_in(folder):
+            yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")

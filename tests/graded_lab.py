@@ -17,6 +17,7 @@ from grading.autograder.fixtures import apply_fixture, parse_fixture, student_so
 from grading.autograder.report import attention_items
 from grading.autograder.runner import GradeOptions, grade_class
 from grading.judge import client, engine
+from judge_scratch import new_scratch, ranks_write_in
 
 
 class GradedLab:
@@ -33,6 +34,7 @@ class GradedLab:
         self.rank_timeout_s = rank_timeout_s
         self.given_cells = tuple(given_cells)
         self._references: dict = {}
+        self._scratch: str | None = None  # TMPDIR of the judge's ranks started here (``_judging``)
 
     # ----- what the lab is made of
 
@@ -85,13 +87,21 @@ class GradedLab:
         cases = spec.make_cases(torch.Generator().manual_seed(0))
         namespace = self.solution_namespace()
         objects = {name: namespace[name] for name in spec.objects}
-        results = engine.merge(
-            engine.launch_reference(self.name, test, cases, rank_timeout_s=60, backend="gloo"),
-            engine.launch_submission(self.name, test, cases, client.dumps(objects), {}, rank_timeout_s=60,
-                                     backend="gloo"))
+        with self._judging():
+            results = engine.merge(
+                engine.launch_reference(self.name, test, cases, rank_timeout_s=60, backend="gloo"),
+                engine.launch_submission(self.name, test, cases, client.dumps(objects), {}, rank_timeout_s=60,
+                                         backend="gloo"))
         verdict = engine.compare(test, spec, cases, results)
         assert verdict.passed and not verdict.judge_error, verdict.lines
         return cases, results
+
+    def _judging(self):
+        """While the judge's ranks run from this process: their TMPDIR is this lab's scratch folder,
+        kept while the process lives (its reference runs may be judged against later), then removed."""
+        if self._scratch is None:
+            self._scratch = new_scratch(removed_at_exit=True)
+        return ranks_write_in(self._scratch)
 
     def check_fixtures_apply_and_name_real_test_cells(self) -> None:
         """Every fixture still applies to today's solution and loses only cells that exist."""
@@ -123,17 +133,19 @@ class GradedLab:
         the lab's one reference run of that test, on ranks stopped after ``rank_timeout_s`` (default:
         the lab's)."""
         objects = {name: namespace[name] for name in self.tests()[test].objects}
-        return engine.judge_against(self.reference(test, seed=5), self.name, test, list(objects),
-                                    client.dumps(objects), {}, backend="gloo",
-                                    rank_timeout_s=rank_timeout_s or self.rank_timeout_s)
+        reference = self.reference(test, seed=5)
+        with self._judging():
+            return engine.judge_against(reference, self.name, test, list(objects), client.dumps(objects), {},
+                                        backend="gloo", rank_timeout_s=rank_timeout_s or self.rank_timeout_s)
 
     def reference(self, test: str, seed: int) -> engine.ReferenceRun:
         """What the reference did on hidden test ``test``'s cases from ``seed`` (``engine.run_reference``),
         launched once per test process: its results depend on the cases alone, so every fixture of the
         lab is judged against the same run, as ``engine.run_test`` would judge it against a new one."""
         if (test, seed) not in self._references:
-            reference = engine.run_reference(self.name, test, rank_timeout_s=self.rank_timeout_s, backend="gloo",
-                                             seed=seed)
+            with self._judging():
+                reference = engine.run_reference(self.name, test, rank_timeout_s=self.rank_timeout_s,
+                                                 backend="gloo", seed=seed)
             assert not isinstance(reference, engine.Verdict), reference.lines
             self._references[(test, seed)] = reference
         return self._references[(test, seed)]

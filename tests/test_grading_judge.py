@@ -23,7 +23,7 @@ from grading.judge import client, comparisons, engine
 LAB = "lab01_tensor_parallel"
 
 #: One rank template for the whole module; afterwards no process of ours may survive.
-pytestmark = pytest.mark.usefixtures("no_leftover_processes_after_the_module")
+pytestmark = pytest.mark.usefixtures("no_leftover_processes_after_the_module", "judge_in_this_process")
 
 
 def _notebook_namespace(fixture: str | None = None) -> dict:

@@ -18,7 +18,7 @@ from grading.cli import build_parser
 from grading.judge import perrank, recording
 
 #: One rank template for the whole module; afterwards no process of ours may survive.
-pytestmark = pytest.mark.usefixtures("no_leftover_processes_after_the_module")
+pytestmark = pytest.mark.usefixtures("no_leftover_processes_after_the_module", "judge_in_this_process")
 
 
 # ----- grade on gloo; NCCL says what it does not check ----------------------------------------------

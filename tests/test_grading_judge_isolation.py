@@ -27,7 +27,7 @@ ATTACKS_DIR = os.path.join(REPO, "tests", "fixtures", "attacks")
 ATTACK_LABS = sorted(name for name in os.listdir(ATTACKS_DIR) if os.path.isdir(os.path.join(ATTACKS_DIR, name)))
 
 #: One rank template for the whole module; afterwards no process of ours may survive.
-pytestmark = pytest.mark.usefixtures("no_leftover_processes_after_the_module")
+pytestmark = pytest.mark.usefixtures("no_leftover_processes_after_the_module", "judge_in_this_process")
 
 
 @functools.cache
