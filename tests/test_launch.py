@@ -147,6 +147,22 @@ def test_torch_distributed_debug_set_at_launch_takes_effect(monkeypatch):
     assert labutils.launch(debug_level, 2) == ["DebugLevel.DETAIL"] * 2
 
 
+def test_tmpdir_set_after_the_template_imported_torchs_compiler_reaches_the_ranks(tmp_path):
+    """torch._dynamo's import (an eager template's) fixes ``tempfile``'s folder in the template; each rank
+    reads TMPDIR again, as the caller has it at launch."""
+    out = _run_fresh("""
+        import os, labutils
+        def folder():
+            import tempfile
+            return tempfile.gettempdir()
+        before = labutils.launch(folder, 2)
+        os.environ["TMPDIR"] = os.environ["FOLDER_FOR_THE_RANKS"]
+        print(repr((before, labutils.launch(folder, 2))))
+    """, LABUTILS_EAGER_IMPORTS="1", FOLDER_FOR_THE_RANKS=str(tmp_path))
+    before, after = ast.literal_eval(out.strip().splitlines()[-1])
+    assert after == [str(tmp_path)] * 2 and before[0] != str(tmp_path)
+
+
 def test_results_come_back_detached_in_any_container():
     make = _notebook_style(
         """

@@ -23,6 +23,7 @@ import os
 import signal
 import socket
 import sys
+import tempfile
 import threading
 import time
 import traceback
@@ -212,6 +213,7 @@ def _start_rank(spec: dict) -> socket.socket:
     watchdog, set the rank's environment; return the control channel."""
     os.environ.clear()
     os.environ.update(spec["environ"])  # the caller's, as it was when this launch started
+    tempfile.tempdir = None  # TMPDIR read again: the template's imports (torch._dynamo's) cached its own
     ctrl = _connect(spec["listen_path"], spec["token"], spec["rank"], "ctrl")
     out = _connect(spec["listen_path"], spec["token"], spec["rank"], "out")
     err = _connect(spec["listen_path"], spec["token"], spec["rank"], "err")
