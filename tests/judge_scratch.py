@@ -24,9 +24,12 @@ def new_scratch(removed_at_exit: bool = False) -> str:
 
 @contextlib.contextmanager
 def ranks_write_in(folder: str):
-    """TMPDIR of this process and of every rank it starts meanwhile is ``folder``."""
+    """TMPDIR of every rank this process starts meanwhile is ``folder`` (each rank reads it at its
+    start); this process's own temporary folder stays what it was, so nothing of this process (torch's
+    compiler caches its folder once) lands in ``folder`` and outlives it."""
     previous = os.environ.get("TMPDIR")
-    os.environ["TMPDIR"], tempfile.tempdir = folder, None
+    tempfile.tempdir = tempfile.gettempdir()  # pinned: read from TMPDIR no more while it names ``folder``
+    os.environ["TMPDIR"] = folder
     try:
         yield folder
     finally:
@@ -34,4 +37,3 @@ def ranks_write_in(folder: str):
             os.environ.pop("TMPDIR", None)
         else:
             os.environ["TMPDIR"] = previous
-        tempfile.tempdir = None

@@ -124,6 +124,7 @@ class ZeroStage2(ZeroStage1):
 '''
 
 
+@pytest.mark.usefixtures("judge_in_this_process")
 def test_a_stage_2_that_calls_its_base_class_by_name_loses_nothing():
     from grading.judge import client, engine
 
