@@ -154,7 +154,11 @@ class GradedLab:
         """Grade the solution, the release and ``fixtures`` (attacks too) with real nbgrader, in
         bubblewrap sandboxes, as ``course grade`` does; assert that each loses exactly its parts (the
         release all of them), that nothing is forged or tampered with, and that each fixture's
-        ``attention`` lines are in its report. Returns the class report."""
+        ``attention`` lines are in its report. Returns the class report. One worker: every submission
+        one after the other through one judge and one autograde worker, as each worker of a large class
+        takes its students (a second worker would start a second judge, which runs every reference
+        again: lab 7's test took 93 CPU-s at two workers, 57 at one). Parallel workers:
+        test_grading_e2e and test_sandbox_user."""
         source, release = self.notebooks()
         submissions = tmp_path / "submitted"
         expected_losses = {"solution": set(), "release": _graded_cells(release)}
@@ -167,7 +171,7 @@ class GradedLab:
             (submissions / student).mkdir(parents=True)
             nbformat.write(notebook, str(submissions / student / f"{self.name}.ipynb"))
 
-        report = grade_class(GradeOptions(self.name, str(submissions), str(tmp_path / "course"), workers=2,
+        report = grade_class(GradeOptions(self.name, str(submissions), str(tmp_path / "course"), workers=1,
                                           rank_timeout_s=self.rank_timeout_s, backend="gloo"))
 
         assert report.max_points == max_points
