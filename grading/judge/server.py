@@ -235,7 +235,7 @@ def kernel_environment() -> dict:
     its later rank templates (``_later_templates_import_for``), so a kernel's own template, which
     serves the notebook's launches, skips torch's compiler for a lab whose ranks build no optimizer
     (about 1 s of CPU for each submission) and has it imported before any rank of a lab whose ranks
-    do. Empty without --lab (the plan is then labutils' default)."""
+    do. Empty where the variable is unset (no --lab, none inherited): labutils' default plan."""
     from labutils.ranks._template import EAGER_IMPORTS_ENV
 
     value = os.environ.get(EAGER_IMPORTS_ENV)
