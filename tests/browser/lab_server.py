@@ -70,6 +70,10 @@ def write_user_settings(config_dir: Path) -> None:
         path.write_text(json.dumps(settings))
 
 
+#: Seconds a listing of kernels or sessions may keep failing with 500 while a kernel starts (``_listing``).
+LISTING_RETRY_S = 30.0
+
+
 @dataclass
 class LabServer:
     """A running ``jupyter lab`` process: its pid, address, token and the folder it serves."""
@@ -155,14 +159,26 @@ class LabServer:
 
     def kernels(self) -> list[dict]:
         """The server's running kernels, as its REST API lists them (id, execution_state, ...)."""
-        with urllib.request.urlopen(self.url("api/kernels"), timeout=10) as response:
-            return json.load(response)
+        return self._listing("api/kernels")
 
     def sessions(self) -> list[dict]:
         """The server's sessions, as its REST API lists them (path, kernel with execution_state and
         connections: the number of open websockets to that kernel)."""
-        with urllib.request.urlopen(self.url("api/sessions"), timeout=10) as response:
-            return json.load(response)
+        return self._listing("api/sessions")
+
+    def _listing(self, path: str) -> list[dict]:
+        """GET ``path`` (a list of kernels or sessions). Asked while a kernel is starting, the server
+        answers 500 (its model of that kernel has no ``last_activity`` yet: a TraitError in its log),
+        so a 500 is asked again until ``LISTING_RETRY_S`` have passed."""
+        deadline = time.monotonic() + LISTING_RETRY_S
+        while True:
+            try:
+                with urllib.request.urlopen(self.url(path), timeout=10) as response:
+                    return json.load(response)
+            except urllib.error.HTTPError as error:
+                if error.code != 500 or time.monotonic() > deadline:
+                    raise
+            time.sleep(0.2)
 
     def notebook(self, path: str) -> dict:
         """The notebook at ``path`` as saved on the server (nbformat JSON: cells, outputs, metadata)."""
