@@ -11,10 +11,12 @@ Run code on N ranks from a notebook cell::
 Importing labutils is cheap: torch is imported by the ranks, and by the kernel only when
 a module that needs it (bench, costmodel, ...) is imported. In IPython (a notebook's kernel)
 importing labutils also starts the rank template in the background: it imports torch while
-the notebook goes on, so the first launch finds it ready (``LABUTILS_PRESTART=0``: it does not).
+the notebook goes on, so the first launch finds it ready (``LABUTILS_PRESTART=0``: it does not);
+and the kernel's exit skips freeing torch's objects one by one (``labutils.command.kernel_exit``).
 """
 import sys as _sys
 
+from labutils.command import kernel_exit as _kernel_exit
 from labutils.ranks import _starters
 
 
@@ -26,6 +28,7 @@ def _in_ipython() -> bool:
 
 if _in_ipython():
     _starters.prestart()
+    _kernel_exit.freeze_at_exit()
 
 from labutils.ranks import rank  # labutils.rank.device(): this rank's device ("cpu" outside a rank)
 from labutils.ranks.errors import (

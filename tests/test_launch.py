@@ -641,6 +641,24 @@ def test_an_eager_template_forks_ranks_with_the_optimizers_imports_made_and_froz
         assert imported and listed < 20_000, (imported, listed)  # torch._dynamo alone makes about 120,000
 
 
+def test_ranks_collect_their_garbage_though_the_template_imported_with_the_collector_off():
+    """The template imports with garbage collection off (``_template._no_collections``) and freezes
+    what it imported: each rank has the collector on, the template's objects frozen, and a cycle it
+    makes and drops is collected."""
+    def collector_state():
+        import gc
+
+        class Cycle:
+            pass
+
+        dropped = Cycle()
+        dropped.me = dropped
+        del dropped
+        return gc.isenabled(), gc.get_freeze_count() > 100_000, gc.collect() >= 2
+
+    assert labutils.launch(collector_state, 2) == [(True, True, True)] * 2
+
+
 def test_a_template_told_never_to_make_the_optimizers_imports_leaves_them_to_the_ranks_that_need_them():
     """``LABUTILS_EAGER_IMPORTS=0`` (the judge of a lab whose ranks build no optimizer): the template
     idles well past its idle moment and still has not imported torch._dynamo; a rank that builds an
