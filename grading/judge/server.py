@@ -5,8 +5,9 @@
 
 ``-E`` ignores PYTHON* variables and ``-s`` the user site; ``-m`` puts the course root (the
 current folder) first on the module path, so the judge imports that course's ``grading``
-(``grading.paths``). The engine, the lab specs and the reference kernels are
-imported before the first request. Output of the ranks goes to the log (or nowhere), never
+(``grading.paths``). The engine, the lab specs and the reference kernels (with --lab, that lab's;
+lab 7's import DTensor, 0.4 s of CPU) are imported before the first request, and frozen out of the
+garbage collector's walks at exit (``labutils.command.kernel_exit``). Output of the ranks goes to the log (or nowhere), never
 to the reply channel, which is a private copy of the original stdout.
 
 --stdio: requests on stdin, one reply each on stdout; the process ends with stdin.
@@ -32,6 +33,7 @@ import traceback
 
 from grading.judge.bounded_log import BoundedLog
 from grading.judge.limits import limit_memory
+from labutils.command.kernel_exit import freeze_at_exit
 
 #: Seconds a connected kernel has to send its whole request.
 REQUEST_READ_TIMEOUT_S = 60.0
@@ -315,6 +317,7 @@ def main(argv=None) -> int:
     parser.add_argument("--cgroup-procs", default="",
                         help="the cgroup.procs file of the memory cgroup the sandboxed ranks join (default: none)")
     options = parser.parse_args(argv)
+    freeze_at_exit()
     if options.lab and not options.service:
         parser.error("--lab goes with --service (a kernel's judge draws new cases for every request)")
     limit_memory(options.memory_limit)  # before the rank template starts: the ranks inherit it
@@ -326,8 +329,8 @@ def main(argv=None) -> int:
     _start_fresh_template()  # after the output is detached: the template must not hold the reply channel
     from grading.judge import engine
 
-    for lab in engine.available_labs():  # the specs and the reference, before any request
-        engine.load_lab(lab)
+    for lab in [options.lab] if options.lab else engine.available_labs():  # before any request (another
+        engine.load_lab(lab)                                                # lab's loads when asked)
     if options.lab:
         _later_templates_import_for(options.lab)
 

@@ -1,4 +1,5 @@
-"""A notebook kernel's exit without a last walk through every object it imported.
+"""A notebook kernel's exit without a last walk through every object it imported (importing
+labutils in IPython asks for it; the course's judge process, which imports torch too, as well).
 
 At exit an interpreter collects its garbage and frees its modules' objects one by one; in a kernel
 that imported torch that is a few hundred thousand objects, measured at 0.3-0.45 s of CPU per exit
