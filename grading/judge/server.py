@@ -6,9 +6,9 @@
 ``-E`` ignores PYTHON* variables and ``-s`` the user site; ``-m`` puts the course root (the
 current folder) first on the module path, so the judge imports that course's ``grading``
 (``grading.paths``). The engine, the lab specs and the reference kernels (with --lab, that lab's;
-lab 7's import DTensor, 0.4 s of CPU) are imported before the first request, and frozen out of the
-garbage collector's walks at exit (``labutils.command.kernel_exit``). Output of the ranks goes to the log (or nowhere), never
-to the reply channel, which is a private copy of the original stdout.
+lab 7's import DTensor, 0.4 s of CPU) are imported before the first request; at exit they are not
+freed one by one (``labutils.command.kernel_exit``). Output of the ranks goes to the log (or
+nowhere), never to the reply channel, which is a private copy of the original stdout.
 
 --stdio: requests on stdin, one reply each on stdout; the process ends with stdin.
 --service: ``course grade`` drives it on stdin/stdout with JSON control frames:
