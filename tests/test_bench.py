@@ -136,7 +136,7 @@ def test_op_throughput_rejects_bad_arguments(kwargs, match):
 
 
 #: The most one call with the CPU defaults may move (bytes read and written) and compute (FLOP), warm-up
-#: included: under 2 s of a core that copies 1 GB/s and multiplies at 1 GFLOP/s, far below this machine's.
+#: included: under 2 s on a core that copies 1 GB/s and multiplies at 1 GFLOP/s, far slower than a laptop.
 CPU_CALL_BUDGET = {"bytes": 2e9, "flops": 2e9}
 
 
