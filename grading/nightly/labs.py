@@ -115,7 +115,11 @@ def grade_lab(lab: Lab, workdir: Path, out_dir: Path, run_command, *, kernel: st
     outcomes_path = course / "outcomes.jsonl"
     spec = {"lab": lab.name, "outcomes": str(outcomes_path),
             "options": [f"--ExecutePreprocessor.timeout={int(cell_timeout_s)}",
-                        f"--ExecutePreprocessor.kernel_name={kernel}"],
+                        f"--ExecutePreprocessor.kernel_name={kernel}",
+                        # Unix sockets, not TCP ports that another process may take between the
+                        # kernel manager's choice and the kernel's bind (ZMQError: Address already in use)
+                        "--ExecutePreprocessor.kernel_manager_class="
+                        "labutils.checks.notebook_kernel.UnixSocketKernelManager"],
             "steps": [{"student": student, "log": str(log)} for (_what, student), log in zip(steps, logs)]}
     process_log = logs_dir / f"{lab.name}-nbgrader.log"
     limit_s = timeout_s * len(steps)  # --timeout for each step
