@@ -18,6 +18,8 @@ from pathlib import Path
 import pytest
 from gpu_selection import selects_gpu_tests
 
+import grading  # noqa: F401  (first: the tests' own nbformat imports then skip jsonschema's IRI grammar)
+
 
 def pytest_configure(config):
     os.environ.setdefault("LABUTILS_STRICT_COLLECTIVES", "1")

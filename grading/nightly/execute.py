@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from grading.nightly.notebooks import NotebookJob
-from grading.nightly.processes import CommandOutcome, KernelChoice, run_watched, without_iri_format_checker
+from grading.nightly.processes import CommandOutcome, KernelChoice, run_watched
 from grading.nightly.report import FAILED, PASSED, TIMED_OUT, Result
 
 PARAMETERS_TAG = "parameters"
@@ -198,5 +198,4 @@ def _last_exception_line(log_text: str) -> str:
 
 
 if __name__ == "__main__":  # the subprocess execute_notebook() starts for each notebook
-    without_iri_format_checker()
     _papermill_subprocess(json.loads(sys.argv[1]))

@@ -81,7 +81,4 @@ def _output_to(path: str):
 
 
 if __name__ == "__main__":
-    from grading.nightly.processes import without_iri_format_checker
-
-    without_iri_format_checker()
     sys.exit(run_steps(json.loads(sys.argv[1])))

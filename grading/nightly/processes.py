@@ -25,14 +25,6 @@ POLL_INTERVAL_S = 0.5
 LEFTOVER_GRACE_S = 3.0
 
 
-def without_iri_format_checker() -> None:
-    """Keep jsonschema's optional check of the "iri" string format out of this process. When the
-    rfc3987-syntax package is installed (jupyter_events' ``jsonschema[format-nongpl]`` installs it),
-    jsonschema imports it, and it builds its grammar on import: about 0.9 s of CPU in every process
-    that imports nbformat. No notebook schema uses that format. Call before nbformat is imported."""
-    sys.modules.setdefault("rfc3987_syntax", None)  # importing it now raises ImportError: jsonschema skips it
-
-
 @dataclass(frozen=True)
 class KernelChoice:
     """The kernel papermill and nbgrader start: ``name``, and a folder to put first on JUPYTER_PATH
