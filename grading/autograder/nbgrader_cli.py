@@ -29,8 +29,16 @@ def nbgrader_environment(course_root: str = COURSE_ROOT, **extra: str) -> dict:
     """This process's environment plus ``extra``, with this interpreter's bin/ first on PATH
     (nbgrader runs ``alembic`` from PATH when it creates a gradebook) and ``course_root`` first on
     PYTHONPATH (nbgrader and its kernels import that course's ``grading``)."""
-    path = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
-    return with_course_on_pythonpath(dict(os.environ, PATH=path, **extra), course_root)
+    return with_course_on_pythonpath(dict(os.environ, PATH=path_with_this_interpreter_first(), **extra), course_root)
+
+
+def path_with_this_interpreter_first(path: str = None) -> str:
+    """``path`` (default: this process's PATH) with this interpreter's bin/ first and nowhere else,
+    so that applying it again changes nothing (a long-lived process grading class after class
+    does not grow its PATH)."""
+    bin_dir = os.path.dirname(sys.executable)
+    path = os.environ.get("PATH", "") if path is None else path
+    return os.pathsep.join([bin_dir] + [entry for entry in path.split(os.pathsep) if entry and entry != bin_dir])
 
 
 def open_course(course_dir: str):

@@ -35,7 +35,7 @@ from grading.autograder.judge_service import (JudgeService, JudgeServiceFailed, 
 from grading.autograder.memory_cgroup import worker_cgroup
 from grading.autograder.intake import record_refused, screen_submissions
 from grading.autograder.metadata import repair_cell_metadata
-from grading.autograder.nbgrader_cli import check, nbgrader_environment, open_course
+from grading.autograder.nbgrader_cli import check, nbgrader_environment, open_course, path_with_this_interpreter_first
 from grading.autograder.output_bounds import CUT_MARK
 from grading.autograder.sandbox import SANDBOX_ENV, gpu_devices, submission_spec
 from grading.autograder.suspicious import suspicious_constructs, suspicious_helper_files
@@ -181,7 +181,7 @@ def prepare_course(options: GradeOptions, submissions: dict) -> str:
     for folder in ("verdicts", "logs", "reports"):
         os.makedirs(os.path.join(course, folder, options.lab) if folder != "reports" else os.path.join(course, folder),
                     exist_ok=True)
-    os.environ["PATH"] = nbgrader_environment(options.course_root)["PATH"]
+    os.environ["PATH"] = path_with_this_interpreter_first()  # nbgrader runs alembic from PATH, in this process
     seed_gradebook(course)
     check(open_course(course).generate_assignment(options.lab, force=True, create=True), "generate_assignment")
     for student, source in submissions.items():
