@@ -53,7 +53,14 @@ def make_course(root: Path, chapters=("passing", "failing", "hanging", "no_param
 
 
 @pytest.fixture(scope="module")
-def full_run(tmp_path_factory):
+def processes_before_the_run():
+    """This worker's children before the nightly runs (the ranks' template an earlier test's launch
+    started lives as long as the worker): only those the run started must be gone after it."""
+    return descendants()
+
+
+@pytest.fixture(scope="module")
+def full_run(tmp_path_factory, processes_before_the_run):
     """`course nightly` on the whole fixture course: (exit status, course root, run folder, results by name)."""
     base = tmp_path_factory.mktemp("nightly")
     root = make_course(base / "course", broken_lab=True)
@@ -227,11 +234,11 @@ def test_run_folder_holds_executed_notebooks_and_logs(full_run):
         assert (out / relative).is_file(), relative
 
 
-def test_no_process_outlives_the_run(full_run):
+def test_no_process_outlives_the_run(full_run, processes_before_the_run):
     _status, root, _out, _results = full_run
     child_pid = int((root / "notebooks" / "hanging_child.pid").read_text())
     assert not wait_until_gone({child_pid}, timeout_s=5.0)
-    assert not wait_until_gone(descendants(), timeout_s=5.0)
+    assert not wait_until_gone(descendants() - processes_before_the_run, timeout_s=5.0)
 
 
 # ---------------------------------------------------------------- a second run next to the first
@@ -251,6 +258,7 @@ def test_second_run_notebook_timeout_previous_durations_and_fallback_kernel(full
     monkeypatch.setattr("labutils.devices.backend.visible_gpu_count", lambda: 4)  # as on a 4-GPU node
     root = make_course(tmp_path / "course", chapters=("passing", "hanging"), lab=False)
     progress = io.StringIO()
+    before = descendants()
     run, out = runner.run_nightly([], root=root, out_dir=first_out.parent / "second", backend="gloo", jobs=2,
                                    timeout_s=12, cell_timeout_s=120, progress_stream=progress)
 
@@ -259,7 +267,7 @@ def test_second_run_notebook_timeout_previous_durations_and_fallback_kernel(full
     assert hanging.status == TIMED_OUT and hanging.cell == 4
     assert hanging.error == "notebook still running after 12 s (--timeout); stopped"
     assert not wait_until_gone({int((root / "notebooks" / "hanging_child.pid").read_text())}, timeout_s=5.0)
-    assert not wait_until_gone(descendants(), timeout_s=5.0)
+    assert not wait_until_gone(descendants() - before, timeout_s=5.0)
 
     assert "temporary kernelspec" in run.settings["kernel"] and passing.ok
     printed = (out / "notebooks" / "passing.ipynb").read_text()
