@@ -19,16 +19,55 @@ import pytest
 from gpu_selection import selects_gpu_tests
 
 import grading  # noqa: F401  (first: the tests' own nbformat imports then skip jsonschema's IRI grammar)
+from grading.autograder.nbgrader_cli import path_with_this_interpreter_first
+from grading.paths import COURSE_ROOT, with_course_on_pythonpath
 
 
 def pytest_configure(config):
     os.environ.setdefault("LABUTILS_STRICT_COLLECTIVES", "1")
+    # Grading a class in a test's own process puts this interpreter's bin/ first on PATH (nbgrader
+    # runs alembic from there) and, loading grading/nbgrader_config.py, the course root first on
+    # PYTHONPATH (for the kernels nbgrader starts); done once here, both leave the environment as
+    # each test found it.
+    os.environ["PATH"] = path_with_this_interpreter_first()
+    os.environ.update(with_course_on_pythonpath(dict(os.environ), COURSE_ROOT))
     if selects_gpu_tests(config.getoption("markexpr") or ""):
         return
     torch = sys.modules.get("torch")
     if torch is not None and torch.cuda.is_initialized():
         raise pytest.UsageError("CUDA was initialised before the tests could hide the GPUs")
     os.environ["CUDA_VISIBLE_DEVICES"] = ""
+
+
+#: Variables pytest itself changes from one phase of a test to the next.
+PYTEST_OWN_VARIABLES = ("PYTEST_CURRENT_TEST",)
+#: Variables a library sets in its own process the first time it needs them (torch's compiler
+#: records its cache folder): appearing is fine, changing once set is not.
+SET_ONCE_BY_LIBRARIES = ("TORCHINDUCTOR_CACHE_DIR",)
+
+
+def _changed_variables(before: dict, after: dict) -> list:
+    """Names whose values differ between two snapshots of the environment, less those pytest and
+    the libraries change on their own."""
+    return sorted(name for name in set(before) | set(after)
+                  if before.get(name) != after.get(name) and name not in PYTEST_OWN_VARIABLES
+                  and not (name in SET_ONCE_BY_LIBRARIES and name not in before))
+
+
+@pytest.fixture(autouse=True)
+def environment_left_as_found():
+    """A test that leaves this process's environment changed fails, and the environment is put back:
+    every later test of the worker (and every rank, kernel or template it starts, which inherit it)
+    would otherwise run differently depending on which tests ran before it on the same worker."""
+    before = dict(os.environ)
+    yield
+    after = dict(os.environ)
+    changed = _changed_variables(before, after)
+    if changed:
+        os.environ.clear()
+        os.environ.update(before)
+        pytest.fail("the test left the environment changed: "
+                    + ", ".join(f"{name}={before.get(name)!r} -> {after.get(name)!r}" for name in changed))
 
 
 @pytest.fixture

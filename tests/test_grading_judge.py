@@ -405,10 +405,11 @@ def test_a_services_later_templates_import_for_optimizers_only_where_the_labs_ra
     from grading.judge import server
     from labutils.ranks._template import EAGER_IMPORTS_ENV
 
+    monkeypatch.setenv(EAGER_IMPORTS_ENV, "")  # recorded as it was, so it is put back after the test
     for lab in engine.available_labs():
         builds = engine.load_lab(lab).RANKS_BUILD_OPTIMIZERS
         assert type(builds) is bool, lab
-        monkeypatch.delenv(EAGER_IMPORTS_ENV, raising=False)
+        monkeypatch.delenv(EAGER_IMPORTS_ENV)
         server._later_templates_import_for(lab)
         assert os.environ[EAGER_IMPORTS_ENV] == ("1" if builds else "0"), lab
     assert engine.load_lab("lab04_zero").RANKS_BUILD_OPTIMIZERS  # its stages build AdamW on every rank
