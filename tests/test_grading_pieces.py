@@ -284,3 +284,12 @@ def test_a_seeded_gradebook_is_the_one_nbgrader_makes_itself(tmp_path, monkeypat
     ours, theirs = _schema_and_version(seeded), _schema_and_version(str(tmp_path / "by_nbgrader.db"))
     assert ours == theirs and len(ours[1]) == 1 and ours[0]
     assert seed_gradebook(str(tmp_path / "course")) == seeded  # an existing gradebook is kept
+
+
+def test_this_interpreters_bin_goes_first_on_path_once_however_often_a_class_is_graded():
+    from grading.autograder.nbgrader_cli import path_with_this_interpreter_first
+    bin_dir = os.path.dirname(sys.executable)
+    path = os.pathsep.join(["/usr/bin", bin_dir, "", "/bin"])
+    once = path_with_this_interpreter_first(path)
+    assert once.split(os.pathsep) == [bin_dir, "/usr/bin", "/bin"]
+    assert path_with_this_interpreter_first(once) == once
