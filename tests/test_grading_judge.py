@@ -405,7 +405,9 @@ def test_a_services_later_templates_import_for_optimizers_only_where_the_labs_ra
     from grading.judge import server
     from labutils.ranks._template import EAGER_IMPORTS_ENV
 
-    monkeypatch.setenv(EAGER_IMPORTS_ENV, "")  # recorded as it was, so it is put back after the test
+    # setenv records the value from before the test, so monkeypatch puts it back after the test (delenv
+    # of an absent variable records nothing, and what the service then sets would outlive the test)
+    monkeypatch.setenv(EAGER_IMPORTS_ENV, "")
     for lab in engine.available_labs():
         builds = engine.load_lab(lab).RANKS_BUILD_OPTIMIZERS
         assert type(builds) is bool, lab
