@@ -35,8 +35,14 @@ $(STAMP): pyproject.toml
 # two wait (the README gives the times). Each file, the chapters' QUICK run, the hub's tests and the
 # Slurm cluster's stay whole on one worker.
 TEST_WORKERS ?= 3
-test: $(STAMP) slurm-deps
+test: $(STAMP) slurm-deps test-environments
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
+
+# What tests would otherwise install in their setup (Chromium, the hub's and the students'
+# environments under /var/tmp, the grading account's Python), made once per machine before pytest.
+.PHONY: test-environments
+test-environments: $(STAMP)
+	$(BIN)/python tests/prepare_environments.py
 
 # Debian's Slurm (munge, slurmctld, slurmd, the client commands) for the tests' one-node cluster
 # (tests/slurm_cluster.py), installed as root with apt; elsewhere one line, and those tests skip.

@@ -9,6 +9,8 @@ shared GPU node. What it needs and how this sets it up:
   dependencies with JupyterHub, not the course): the hub runs from the checkout, as `make hub` runs it;
 - the students' environment, which the hub itself makes from Debian's Python in a shared
   folder under /var/tmp (kept between runs: the hub reinstalls it only when labutils changed);
+  both environments are made before the suite starts, with the rest of what it installs
+  (tests/prepare_environments.py, run by `make test`), so the tests find them made;
 - configurable-http-proxy from npm, and nbgrader's exchange in a fresh folder.
 
 The hub closes the checkout to other users, as on a shared node; the test gives it back its
@@ -17,26 +19,21 @@ no useradd, no npm, no Debian python3 with venv, no Chromium).
 """
 from __future__ import annotations
 
-import os
 import secrets
 import shutil
 import subprocess
 import time
 
 import pytest
-from course_hub import ACCOUNTS, HUB_VENV, REPO, SYSTEM_PYTHON, Hub, hub_workdir, started
+from course_hub import ACCOUNTS, REPO, Hub, hub_workdir, make_hub_environment, started, why_no_hub
 
 CHROMIUM = "/usr/bin/chromium"
 
 
 def _skip_unless_possible() -> None:
-    if os.geteuid() != 0:
-        pytest.skip("the hub test creates Unix accounts and runs the hub as root: run it as root")
-    for tool in ("useradd", "userdel", "chpasswd", "npm"):
-        if shutil.which(tool) is None:
-            pytest.skip(f"the hub test needs {tool}")
-    if not os.access(SYSTEM_PYTHON, os.X_OK):
-        pytest.skip(f"the hub makes the students' environment with {SYSTEM_PYTHON}, which is missing")
+    reason = why_no_hub()
+    if reason:
+        pytest.skip(reason)
     installer = REPO / "tests" / "browser" / "install_chromium.sh"
     result = subprocess.run(["bash", str(installer)], capture_output=True, text=True)
     if result.returncode == 3:
@@ -44,18 +41,12 @@ def _skip_unless_possible() -> None:
     assert result.returncode == 0, result.stderr
 
 
-#: Seconds `make hub-env` may take: the first run on a machine installs torch and JupyterHub.
-HUB_ENV_TIMEOUT_S = 1500
-
-
 @pytest.fixture(scope="session")
 def hub_installed() -> None:
-    """The hub's own environment, made by `make hub-env` as `make hub` makes it (again only when the
-    course's requirements changed)."""
+    """The hub's own environment (made before the suite by tests/prepare_environments.py; here
+    again only when the course's requirements changed since)."""
     _skip_unless_possible()
-    made = subprocess.run(["make", "hub-env", f"HUB_VENV={HUB_VENV}"], cwd=REPO, capture_output=True, text=True,
-                          timeout=HUB_ENV_TIMEOUT_S)
-    assert made.returncode == 0, made.stdout[-3000:] + made.stderr[-3000:]
+    make_hub_environment()
 
 
 def _remove_account(name: str, timeout_s: float = 60.0) -> None:

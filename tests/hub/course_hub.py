@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import stat
 import subprocess
 import tempfile
@@ -25,6 +26,30 @@ SHARED = Path("/var/tmp/course-students-environment")
 HUB_VENV = Path("/var/tmp/course-hub-environment")
 #: Seconds the hub may take to answer: the first start installs the students' environment.
 HUB_START_TIMEOUT_S = 1200
+#: Seconds `make hub-env` may take: the first run on a machine installs torch and JupyterHub.
+HUB_ENV_TIMEOUT_S = 1500
+
+
+def why_no_hub() -> str | None:
+    """Why this machine cannot run the course hub's tests (None when it can): they create Unix
+    accounts and run the hub as root, which makes the students' environment with Debian's Python
+    and the proxy with npm."""
+    if os.geteuid() != 0:
+        return "the hub test creates Unix accounts and runs the hub as root: run it as root"
+    for tool in ("useradd", "userdel", "chpasswd", "npm"):
+        if shutil.which(tool) is None:
+            return f"the hub test needs {tool}"
+    if not os.access(SYSTEM_PYTHON, os.X_OK):
+        return f"the hub makes the students' environment with {SYSTEM_PYTHON}, which is missing"
+    return None
+
+
+def make_hub_environment() -> None:
+    """The hub's own environment, made by `make hub-env` as `make hub` makes it (again only when the
+    course's requirements changed)."""
+    made = subprocess.run(["make", "hub-env", f"HUB_VENV={HUB_VENV}"], cwd=REPO, capture_output=True, text=True,
+                          timeout=HUB_ENV_TIMEOUT_S)
+    assert made.returncode == 0, made.stdout[-3000:] + made.stderr[-3000:]
 
 
 def readme_class_flow() -> tuple[str, str]:
