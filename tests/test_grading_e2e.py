@@ -1,7 +1,7 @@
 """End to end through real nbgrader and its SQLite gradebook: `course grade` on the solution,
 the untouched release, the fixtures of tests/fixtures/lab01 (wrong implementations, a cheat,
-a tampered notebook, a hung rank, a dead kernel; two more wrong implementations through the judge
-alone) and every red-team attack of
+a tampered notebook, a hung rank, a dead kernel; four more wrong implementations, and how two of them
+are explained, through the judge alone) and every red-team attack of
 tests/fixtures/attacks (each scores what an empty part scores, changes nobody else's grade,
 leaves no process and is named in the report), output bombs and files that are no notebook, all in
 one class; a kernel that loops forever, with a short cell timeout; then plain `nbgrader autograde`
@@ -46,7 +46,7 @@ FIXTURES, ATTACKS = _fixtures(FIXTURES_DIR), _fixtures(ATTACKS_DIR)
 #: Wrong implementations that need only the judge (no kernel of their own): held to their losses
 #: through it alone, not handed in to the class (each notebook there costs a kernel, a sandbox's rank
 #: template and its ranks). Those whose report lines a test reads stay in the class.
-JUDGE_ONLY = ("bias_on_every_shard", "g_applied_twice")
+JUDGE_ONLY = ("bias_on_every_shard", "g_applied_twice", "f_backward_without_all_reduce", "gather_instead_of_reduce")
 CLASS_FIXTURES = {name: fixture for name, fixture in FIXTURES.items() if name not in JUDGE_ONLY}
 #: The red team's students and the attacks each hands in together (each attack on cells of its own,
 #: so each part still shows what its own attack scores; three notebooks keep the class small).
@@ -234,10 +234,13 @@ def test_through_the_judge_each_other_wrong_implementation_loses_exactly_its_par
     assert FIXTURES[name].loses and LAB01.losses_through_the_judge(name) == FIXTURES[name].loses
 
 
-def test_a_classic_mistake_is_explained_to_the_student(graded):
-    (line, *_) = graded["parts"]["f_backward_without_all_reduce"]["test_f"]["lines"]
+@pytest.mark.usefixtures("no_leftover_processes")
+def test_a_classic_mistake_is_explained_to_the_student():
+    """The first line of a part is what the student reads first (a class report's part lines are the
+    judge's verdict lines)."""
+    (line, *_) = LAB01.verdict(LAB01.solution_namespace("f_backward_without_all_reduce"), "test_f").lines
     assert re.match(r"✗ f = copy_to_tp_region, .*: input gradient dX on rank 0 differs", line)
-    (line, *_) = graded["parts"]["gather_instead_of_reduce"]["test_row_parallel"]["lines"]
+    (line, *_) = LAB01.verdict(LAB01.solution_namespace("gather_instead_of_reduce"), "test_row_parallel").lines
     assert line.endswith("forward on rank 0 made 1 all_gather, expected 1 all_reduce")
 
 
@@ -294,8 +297,8 @@ def test_feedback_never_shows_hidden_tests_but_says_what_failed(graded):
         own = "\n".join(cell.source for cell in handed_in.cells)  # the student's own text may say anything
         for secret in ("HIDDEN TESTS", 'judge("', "grading.judge", GRADING, graded["course"]):
             assert secret not in page or secret in own, (student, secret)
-    with open(os.path.join(feedback, "f_backward_without_all_reduce", LAB, f"{LAB}.html")) as f:
-        assert "input gradient dX on rank 0 differs" in html.unescape(f.read())
+    with open(os.path.join(feedback, "cheat", LAB, f"{LAB}.html")) as f:
+        assert "output on rank 0 differs" in html.unescape(f.read())
 
 
 def test_grades_csv_is_nbgraders_export_of_the_judged_scores(graded):
