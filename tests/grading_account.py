@@ -16,6 +16,9 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from pathlib import Path
+
+from grading.hub.shared import torch_pin
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ACCOUNT = "course-grader"
@@ -25,7 +28,7 @@ DEPENDENCIES = "import torch, nbgrader, nbclient, ipykernel, cloudpickle"
 
 
 class Unavailable(Exception):
-    """This machine cannot give an ordinary account that grades (the reason is the message)."""
+    """This machine cannot have what a test needs; the test skips (the reason is the message)."""
 
 
 def account() -> pwd.struct_passwd:
@@ -72,7 +75,7 @@ def shared_python(user: pwd.struct_passwd) -> str:
     venv = f"/var/tmp/multigpu-course-grading-{digest}"
     subprocess.run([SYSTEM_PYTHON, "-m", "venv", venv], check=True)
     pip = [os.path.join(venv, "bin", "python"), "-m", "pip", "install", "-q"]
-    subprocess.run(pip + ["torch==2.13.0"], check=True)  # its exact pin first (a CPU wheel)
+    subprocess.run(pip + [torch_pin(Path(REPO))], check=True)  # its exact pin first, as `make` installs it
     subprocess.run(pip + [f"{REPO}[course]"], check=True, cwd=tempfile.gettempdir())
     open(os.path.join(venv, ".installed"), "w").close()
     return os.path.join(venv, "bin", "python")

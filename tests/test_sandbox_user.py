@@ -71,16 +71,16 @@ def graded_by_an_ordinary_user():
         _chown_tree(work, account)
     env = {"PATH": f"{os.path.dirname(python)}:/usr/local/bin:/usr/bin:/bin", "HOME": work, "LANG": "C.UTF-8"}
     probe = as_account(account, [python, "-c", "from grading.autograder.sandbox import find_bwrap, probe; "
-                                                "probe(find_bwrap())"], cwd=course_root, env=env, timeout=60)
+                                               "probe(find_bwrap())"], cwd=course_root, env=env, timeout=60)
     if probe.returncode:
         shutil.rmtree(work, ignore_errors=True)
         pytest.skip(f"bwrap cannot run as {account.pw_name} here: {probe.stderr.strip().splitlines()[-1]}")
     course = os.path.join(work, "course")
     started = time.monotonic()
     done = as_account(account, [python, "-m", "grading", "grade", LAB, os.path.join(work, "submissions"),
-                                 "--course-dir", course, "--workers", "2", "--rank-timeout", "10",
-                                 "--cell-timeout", "120", "--memory-limit", "1.5"],
-                       cwd=course_root, env=env, timeout=600)
+                                "--course-dir", course, "--workers", "2", "--rank-timeout", "10",
+                                "--cell-timeout", "120", "--memory-limit", "1.5"],
+                      cwd=course_root, env=env, timeout=600)
     seconds = time.monotonic() - started
     left = wait_until_gone(processes_of(account.pw_uid) if os.geteuid() == 0 else set(), timeout_s=10.0)
     yield {"account": account, "done": done, "course": course, "seconds": seconds, "left": left}
