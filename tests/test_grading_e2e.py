@@ -310,10 +310,14 @@ def test_grades_csv_is_nbgraders_export_of_the_judged_scores(graded):
 
 
 #: A submission whose kernel itself loops forever in Part 4 (not on ranks: only the cell timeout stops it).
+#: It sleeps in its loop, so it does not take a core for the 15 s it waits (the interrupt at the cell
+#: timeout stops a sleeping loop and a spinning one alike).
 KERNEL_LOOP = parse_fixture("kernel_loop", """# loses: test_parallel_mlp
 # %% replace: parallel_mlp
+import time
+
 while True:
-    pass
+    time.sleep(0.5)
 """)
 
 
