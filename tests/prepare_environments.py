@@ -5,7 +5,7 @@
 Each is made once per machine and kept (the tests make it again only when the course's
 requirements changed), so the suite's time is the tests' own:
 
-- Debian's Chromium, for the browser and hub tests (``tests/browser/install_chromium.sh``);
+- Debian's headless Chromium, for the browser and hub tests (``tests/browser/install_chromium.sh``);
 - the course hub's own environment (``make hub-env`` under /var/tmp, as ``tests/hub`` makes it);
 - the students' environment the hub makes at its start (``grading.hub.shared.prepare``, under
   /var/tmp, from Debian's Python: torch, JupyterLab, nbgrader and labutils from the students' copy);
@@ -26,17 +26,18 @@ TESTS = Path(__file__).resolve().parent
 sys.path[:0] = [str(TESTS), str(TESTS / "hub")]
 
 import course_hub  # noqa: E402  (tests/hub, put on the path above)
+import headless_chromium  # noqa: E402
 import grading_account  # noqa: E402
 from grading_account import Unavailable  # noqa: E402  (what this machine cannot have; its tests skip)
 
 
 def chromium() -> str:
-    done = subprocess.run(["bash", str(TESTS / "browser" / "install_chromium.sh")], capture_output=True, text=True)
-    if done.returncode == 3:
+    done = subprocess.run(["bash", str(headless_chromium.INSTALLER)], capture_output=True, text=True)
+    if done.returncode == headless_chromium.CANNOT_INSTALL:
         raise Unavailable(done.stderr.strip())
     if done.returncode:
         raise RuntimeError(done.stdout[-2000:] + done.stderr[-2000:])
-    return "/usr/bin/chromium"
+    return headless_chromium.CHROMIUM
 
 
 def _hub_possible() -> None:

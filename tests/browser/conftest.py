@@ -4,8 +4,10 @@ The server serves a temporary copy of the course (notebooks/ and labs/) plus scr
 notebooks that tests write, so running cells in the browser never changes the repository
 (JupyterLab autosaves). Screenshots land in test-artifacts/browser/ (gitignored).
 
-Chromium comes from apt (``install_chromium.sh``); the tests skip only where it cannot be
-installed (not root, or no apt-get), never because a download failed.
+Chromium's headless build comes from apt (``install_chromium.sh``, ``headless_chromium``); the tests
+skip only where it cannot be installed (not root, or no apt-get), never because a download failed.
+The pages of one test module share a browser profile (its caches: ``headless_chromium.
+launch_with_shared_cache``); each test gets fresh tabs, closed after it.
 """
 from __future__ import annotations
 
@@ -17,18 +19,11 @@ from pathlib import Path
 import nbformat
 import pytest
 
+import headless_chromium
 from course_paths import ARTIFACTS, REPO, VIEWPORT
 from lab_server import LabServer
 from proctree import describe, labutils_processes_under, wait_until_gone
 
-INSTALLER = Path(__file__).with_name("install_chromium.sh")
-CHROMIUM = "/usr/bin/chromium"
-#: install_chromium.sh's exit status for "cannot be installed on this machine".
-CANNOT_INSTALL = 3
-CHROMIUM_ARGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync", "--no-first-run",
-]
 #: Course folders copied into the server's root.
 COURSE_FOLDERS = ("notebooks", "labs")
 #: Seconds for ranks to be gone once their kernel is shut down.
@@ -58,14 +53,14 @@ def pytest_runtest_makereport(item, call):
 
 @pytest.fixture(scope="session")
 def chromium_executable() -> str:
-    """Path of Debian's Chromium, installed with apt on first use."""
-    result = subprocess.run([str(INSTALLER)], capture_output=True, text=True)
-    if result.returncode == CANNOT_INSTALL:
+    """Path of Debian's headless Chromium, installed with apt on first use."""
+    result = subprocess.run([str(headless_chromium.INSTALLER)], capture_output=True, text=True)
+    if result.returncode == headless_chromium.CANNOT_INSTALL:
         pytest.skip(f"browser tests need Chromium: {result.stderr.strip()}")
     if result.returncode != 0:
         pytest.fail(f"installing Chromium failed (status {result.returncode}):\n"
                     f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
-    return CHROMIUM
+    return headless_chromium.CHROMIUM
 
 
 @pytest.fixture(scope="session")
@@ -101,29 +96,31 @@ def lab_server(chromium_executable, course_root, tmp_path_factory, artifacts_dir
 
 
 @pytest.fixture(scope="module")
-def browser(chromium_executable):
+def browser(chromium_executable, tmp_path_factory):
+    """The module's Chromium: one browser context (``launch_with_shared_cache``) whose tabs the tests open."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=chromium_executable, args=CHROMIUM_ARGS)
-        yield browser
-        browser.close()
+        context = headless_chromium.launch_with_shared_cache(playwright, tmp_path_factory.mktemp("chromium-profile"),
+                                                             viewport=VIEWPORT)
+        context.set_default_timeout(30_000)
+        yield context
+        context.close()
 
 
 @pytest.fixture
 def page(browser, lab_server, artifacts_dir, request):
     """A fresh browser tab; on failure its last view is saved as FAILED-<test>.png.
 
-    Afterwards every kernel the test started is shut down and its ranks must be gone.
+    Afterwards every tab is closed, every kernel the test started is shut down and its ranks must be gone.
     """
-    context = browser.new_context(viewport=VIEWPORT)
-    context.set_default_timeout(30_000)
-    tab = context.new_page()
+    tab = browser.new_page()
     yield tab
     report = getattr(request.node, "report_call", None)
     if report is not None and report.failed:
         tab.screenshot(path=str(artifacts_dir / f"FAILED-{request.node.name}.png"))
-    context.close()
+    for opened in browser.pages:
+        opened.close()
     labutils_pids = labutils_processes_under(lab_server.pid)
     lab_server.shutdown_kernels()
     survivors = wait_until_gone(labutils_pids, CLEANUP_TIMEOUT_S)

@@ -15,7 +15,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from course_paths import LABS, NOTEBOOKS, REPO, VIEWPORT
+from course_paths import LABS, NOTEBOOKS, REPO
 from jupyterlab_ui import NotebookUI
 from lab_server import LabServer
 
@@ -132,9 +132,8 @@ def test_make_lab_lands_on_the_landing_page(browser, course_root, tmp_path, arti
     tunnel, with no browser started for them) opens the landing page, not an empty JupyterLab."""
     server = LabServer.start(course_root, tmp_path / "jupyter-state", artifacts_dir / "jupyter-server-make-lab.log",
                              command=_make_lab_command())
-    context = browser.new_context(viewport=VIEWPORT)
+    page = browser.new_page()
     try:
-        page = context.new_page()
         page.goto(server.printed_url())
         printed = re.search(rf"http://127\.0\.0\.1:{server.port}/(\S*)\?token=", server.log_tail(100_000)).group(1)
         quoted = re.findall(r"`http://127\.0\.0\.1:\d+/(\S*)\?token=\.\.\.`", (REPO / "README.md").read_text())
@@ -146,5 +145,5 @@ def test_make_lab_lands_on_the_landing_page(browser, course_root, tmp_path, arti
             f"`make lab` printed {server.printed_url()!r}, which opens {current!r}, not {LANDING.name}: "
             "add --LabApp.default_url=/lab/tree/notebooks/00_start_here.ipynb to the Makefile's lab target")
     finally:
-        context.close()
+        page.close()
         server.stop()

@@ -15,7 +15,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from course_paths import REPO, VIEWPORT
+from course_paths import REPO
 from grading.site import build_site
 from grading.site.build import MATHJAX_PACKAGE
 from grading.site.render import prepare
@@ -49,10 +49,10 @@ def site(tmp_path_factory, quick_chapter_run):
 
 @pytest.fixture(scope="module")
 def site_tab(browser):
-    context = browser.new_context(viewport=VIEWPORT)
-    context.set_default_timeout(PAGE_TIMEOUT_MS)
-    yield context.new_page()
-    context.close()
+    tab = browser.new_page()
+    tab.set_default_timeout(PAGE_TIMEOUT_MS)
+    yield tab
+    tab.close()
 
 
 def _open(tab, path: Path) -> None:

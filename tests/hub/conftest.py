@@ -24,19 +24,17 @@ import shutil
 import subprocess
 import time
 
+import headless_chromium
 import pytest
 from course_hub import ACCOUNTS, REPO, Hub, hub_workdir, make_hub_environment, started, why_no_hub
-
-CHROMIUM = "/usr/bin/chromium"
 
 
 def _skip_unless_possible() -> None:
     reason = why_no_hub()
     if reason:
         pytest.skip(reason)
-    installer = REPO / "tests" / "browser" / "install_chromium.sh"
-    result = subprocess.run(["bash", str(installer)], capture_output=True, text=True)
-    if result.returncode == 3:
+    result = subprocess.run(["bash", str(headless_chromium.INSTALLER)], capture_output=True, text=True)
+    if result.returncode == headless_chromium.CANNOT_INSTALL:
         pytest.skip(result.stderr.strip())
     assert result.returncode == 0, result.stderr
 
@@ -95,9 +93,7 @@ def browser(hub):
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=[
-            "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-            "--disable-component-update", "--disable-sync", "--no-first-run"])
+        chromium = headless_chromium.launch(playwright)
         yield chromium
         chromium.close()
 

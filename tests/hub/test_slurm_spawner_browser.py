@@ -12,8 +12,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import headless_chromium
 import pytest
-from conftest import CHROMIUM
 from course_hub import SHARED, SYSTEM_PYTHON, Hub, hub_workdir, log_in, started
 
 from slurm_cluster import PARTITION, SlurmCluster, missing
@@ -101,9 +101,7 @@ def test_a_students_server_is_a_slurm_job_with_its_gpu_and_opens_in_the_browser(
 
     student = STUDENT
     with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=[
-            "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-            "--disable-component-update", "--disable-sync", "--no-first-run"])
+        chromium = headless_chromium.launch(playwright)
         try:
             page = chromium.new_page()
             log_in(page, slurm_hub.url, student, slurm_hub.passwords[student])
