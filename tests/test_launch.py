@@ -469,7 +469,9 @@ def test_ranks_exit_when_their_caller_is_killed(tmp_path, start_method):
         time.sleep(600)
         """
     ))
-    env = dict(os.environ, LABUTILS_START_METHOD=start_method)
+    scratch = tmp_path / "tmp"   # the caller's TMPDIR, where it makes the launch's folder
+    scratch.mkdir()
+    env = dict(os.environ, LABUTILS_START_METHOD=start_method, TMPDIR=str(scratch))
     caller = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True, env=env)
     try:
         line = caller.stdout.readline()
@@ -478,10 +480,12 @@ def test_ranks_exit_when_their_caller_is_killed(tmp_path, start_method):
         rank_pids = [int(p) for p in line.split()]
         family = descendants(caller.pid)
         assert set(rank_pids) <= family
+        assert len(list(scratch.glob("labutils-*/ranks.sock"))) == 1
     finally:
         caller.kill()
         caller.wait()
     assert not wait_until_gone(family, timeout_s=5.0)
+    assert not list(scratch.glob("labutils-*")), "the ranks left their launch's folder behind"
 
 
 def test_two_pools_at_once_never_collide():

@@ -20,6 +20,7 @@ import ctypes
 import faulthandler
 import linecache
 import os
+import shutil
 import signal
 import socket
 import sys
@@ -68,14 +69,21 @@ def _flush_all() -> None:
         _libc_fflush(None)
 
 
-def _start_watchdog(parent_pid: int) -> None:
+def _exit_as_caller_gone(launch_folder: str, status: int) -> None:
+    """End this rank, whose caller has gone: first remove the folder the caller made for this launch
+    (its socket, the stack files), which a caller that was killed cannot remove itself."""
+    shutil.rmtree(launch_folder, ignore_errors=True)
+    os._exit(status)
+
+
+def _start_watchdog(parent_pid: int, launch_folder: str) -> None:
     """Exit when the process that started this rank is gone (no orphaned ranks)."""
 
     def watch():
         while True:
             time.sleep(WATCHDOG_PERIOD_S)
             if os.getppid() != parent_pid:
-                os._exit(70)
+                _exit_as_caller_gone(launch_folder, 70)
 
     threading.Thread(target=watch, name="labutils-watchdog", daemon=True).start()
 
@@ -221,7 +229,7 @@ def _start_rank(spec: dict) -> socket.socket:
     stack_file = open(spec["stack_file"], "w")
     faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=True)
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    _start_watchdog(spec["parent_pid"])
+    _start_watchdog(spec["parent_pid"], os.path.dirname(spec["listen_path"]))
     _quiet_known_warnings()
     os.environ.update(
         RANK=str(spec["rank"]),
@@ -275,7 +283,7 @@ def serve(spec: dict) -> None:
         try:
             message = _wire.recv(ctrl)
         except EOFError:
-            os._exit(0)  # the caller has gone
+            _exit_as_caller_gone(os.path.dirname(spec["listen_path"]), 0)
         if type(message) is Exit:
             break
         reply = _answer(message, namespace)
