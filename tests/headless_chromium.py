@@ -7,6 +7,7 @@ Chromium with it where ``chromium --headless`` took 56 (same machine, one run af
 """
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 #: The headless build from Debian's ``chromium-headless-shell`` package.
@@ -18,6 +19,19 @@ ARGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
     "--disable-component-update", "--disable-sync", "--no-first-run",
 ]
+
+
+def why_missing() -> str | None:
+    """Install the headless shell with apt when it is missing (``install_chromium.sh``); None once it is
+    there, else why this machine cannot have it (not root, no apt-get). Raises RuntimeError, with apt's
+    output, when an install failed."""
+    done = subprocess.run(["bash", str(INSTALLER)], capture_output=True, text=True)
+    if done.returncode == CANNOT_INSTALL:
+        return done.stderr.strip()
+    if done.returncode:
+        raise RuntimeError(f"installing Chromium failed (status {done.returncode}):\n"
+                           f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+    return None
 
 
 def launch(playwright):

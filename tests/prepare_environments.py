@@ -26,17 +26,15 @@ TESTS = Path(__file__).resolve().parent
 sys.path[:0] = [str(TESTS), str(TESTS / "hub")]
 
 import course_hub  # noqa: E402  (tests/hub, put on the path above)
-import headless_chromium  # noqa: E402
 import grading_account  # noqa: E402
+import headless_chromium  # noqa: E402
 from grading_account import Unavailable  # noqa: E402  (what this machine cannot have; its tests skip)
 
 
 def chromium() -> str:
-    done = subprocess.run(["bash", str(headless_chromium.INSTALLER)], capture_output=True, text=True)
-    if done.returncode == headless_chromium.CANNOT_INSTALL:
-        raise Unavailable(done.stderr.strip())
-    if done.returncode:
-        raise RuntimeError(done.stdout[-2000:] + done.stderr[-2000:])
+    reason = headless_chromium.why_missing()
+    if reason:
+        raise Unavailable(reason)
     return headless_chromium.CHROMIUM
 
 

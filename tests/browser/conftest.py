@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import re
 import shutil
-import subprocess
 from pathlib import Path
 
 import nbformat
@@ -54,12 +53,9 @@ def pytest_runtest_makereport(item, call):
 @pytest.fixture(scope="session")
 def chromium_executable() -> str:
     """Path of Debian's headless Chromium, installed with apt on first use."""
-    result = subprocess.run([str(headless_chromium.INSTALLER)], capture_output=True, text=True)
-    if result.returncode == headless_chromium.CANNOT_INSTALL:
-        pytest.skip(f"browser tests need Chromium: {result.stderr.strip()}")
-    if result.returncode != 0:
-        pytest.fail(f"installing Chromium failed (status {result.returncode}):\n"
-                    f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
+    reason = headless_chromium.why_missing()
+    if reason:
+        pytest.skip(f"browser tests need Chromium: {reason}")
     return headless_chromium.CHROMIUM
 
 

@@ -33,10 +33,9 @@ def _skip_unless_possible() -> None:
     reason = why_no_hub()
     if reason:
         pytest.skip(reason)
-    result = subprocess.run(["bash", str(headless_chromium.INSTALLER)], capture_output=True, text=True)
-    if result.returncode == headless_chromium.CANNOT_INSTALL:
-        pytest.skip(result.stderr.strip())
-    assert result.returncode == 0, result.stderr
+    reason = headless_chromium.why_missing()
+    if reason:
+        pytest.skip(reason)
 
 
 @pytest.fixture(scope="session")
