@@ -16,5 +16,6 @@ Private, the launcher's machinery: ``_starters`` (how rank processes are created
 ``_template`` (a process that imports torch once and forks ranks), ``_worker`` (the rank's
 side), ``_wire`` and ``_messages`` (what travels over the sockets), ``_ranklinks`` and
 ``_replies`` (the caller's side of the conversation), ``_render`` (what a cell shows of a rank's
-failure).
+failure), ``_launch_folder`` (each start's folder in the temporary directory, and the sweep of
+those whose maker was killed with its ranks).
 """

@@ -10,13 +10,13 @@ from __future__ import annotations
 import collections
 import os
 import selectors
-import shutil
 import signal
 import socket
 import sys
 import time
 
 from labutils.ranks import _wire
+from labutils.ranks._launch_folder import LaunchFolder
 from labutils.ranks._render import cell_names, main_thread_stack
 from labutils.ranks._messages import RankHello
 
@@ -54,7 +54,7 @@ class RankLinks:
         self.starter = None
         self.selector: selectors.BaseSelector | None = None
         self.listener: socket.socket | None = None
-        self.tmpdir: str | None = None
+        self.folder: LaunchFolder | None = None  # this start's socket and stack files
 
     def exit_status(self, rank: int):
         """(exitcode, signal) of ``rank`` once the starter has seen it end, else None."""
@@ -204,7 +204,7 @@ class RankLinks:
 
     def stacks(self, ranks: list[int]) -> dict[int, str]:
         """Ask stuck ranks for their Python stacks (faulthandler on SIGUSR1)."""
-        paths = {r: os.path.join(self.tmpdir, f"stack{r}.txt") for r in ranks}
+        paths = {r: self.folder.join(f"stack{r}.txt") for r in ranks}
         offsets = {r: os.path.getsize(p) if os.path.exists(p) else 0 for r, p in paths.items()}
         self.starter.kill([self.ranks[r].pid for r in ranks], signal.SIGUSR1)
         deadline = time.monotonic() + STACK_DUMP_WAIT_S
@@ -253,7 +253,7 @@ class RankLinks:
         if self.listener is not None:
             self.listener.close()
             self.listener = None
-        if self.tmpdir:
-            shutil.rmtree(self.tmpdir, ignore_errors=True)
-            self.tmpdir = None
+        if self.folder is not None:
+            self.folder.remove()
+            self.folder = None
         self.ranks = []

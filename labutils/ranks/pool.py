@@ -35,11 +35,10 @@ import os
 import secrets
 import socket
 import sys
-import tempfile
 import time
 import weakref
 
-from labutils.ranks import _starters, _wire
+from labutils.ranks import _launch_folder, _starters, _wire
 from labutils.ranks._ranklinks import RankLink, RankLinks
 from labutils.ranks._render import describe_status
 from labutils.ranks._replies import StragglerNotice, collect, fail_dead, stop_on_interrupt
@@ -147,8 +146,9 @@ class Pool:
             check_ranks_can_own(self.world_size)  # an exclusive GPU this kernel holds: say so, start nothing
         links = self._links
         links.starter = _starters.get_starter()
-        links.tmpdir = tempfile.mkdtemp(prefix="labutils-")
-        listen_path = os.path.join(links.tmpdir, "ranks.sock")
+        _launch_folder.sweep_abandoned()
+        links.folder = _launch_folder.LaunchFolder()
+        listen_path = links.folder.join("ranks.sock")
         links.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         links.listener.bind(listen_path)
         links.listener.listen(3 * self.world_size)
@@ -180,7 +180,7 @@ class Pool:
                 "listen_path": listen_path,
                 "token": token,
                 "num_threads": threads,
-                "stack_file": os.path.join(self._links.tmpdir, f"stack{r}.txt"),
+                "stack_file": self._links.folder.join(f"stack{r}.txt"),
                 "pg_timeout_s": max(1800.0, self.timeout + 60.0),
                 "environ": environ,
             }
