@@ -7,6 +7,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import textwrap
 import threading
 
@@ -139,12 +140,17 @@ def test_a_helper_module_beside_the_notebook_travels_by_value_and_nothing_else_d
 
 
 def test_the_calibration_bench_measures_an_honest_solution_within_the_slack():
-    """``bench/judge_traffic.py`` on one lab: every hidden test measured in the sandbox, within the slack."""
+    """``bench/judge_traffic.py`` on one lab: every hidden test measured in the sandbox, within the slack;
+    nothing of it is left in the temporary directory (one of its own, short enough for the ranks' socket)."""
     _bwrap_or_skip()
-    done = subprocess.run([sys.executable, os.path.join(REPO, "bench", "judge_traffic.py"), "--labs",
-                           "lab06_expert_parallel", "--repeats", "1"], capture_output=True, text=True, timeout=300)
+    with tempfile.TemporaryDirectory(prefix="bench-tmp-") as scratch:
+        done = subprocess.run([sys.executable, os.path.join(REPO, "bench", "judge_traffic.py"), "--labs",
+                               "lab06_expert_parallel", "--repeats", "1"], capture_output=True, text=True, timeout=300,
+                              env=dict(os.environ, TMPDIR=scratch))
+        left = os.listdir(scratch)
     assert done.returncode == 0, done.stdout + done.stderr[-2000:]
     rows = [line.split() for line in done.stdout.splitlines() if line.startswith("lab06_expert_parallel")]
     assert [row[1] for row in rows] == ["test_route", "test_all_to_all", "test_moe"]
     assert all(int(row[2].replace(",", "")) > 0 and float(row[5]) < 1 for row in rows)
     assert done.stdout.splitlines()[-1].startswith("largest difference: ")
+    assert left == []
