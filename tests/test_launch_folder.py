@@ -1,6 +1,7 @@
 """The folders launches make in the temporary directory (``labutils.ranks._launch_folder``): a folder
 whose maker was killed together with its ranks is removed by the next start; a live maker's folder,
-a young one, another labutils' folder without a lock, and anything that is not a plain folder stay."""
+a young one, another labutils' folder without a lock, and anything that is not a plain folder stay;
+a temporary directory whose path leaves no room for the ranks' socket is named before anything starts."""
 from __future__ import annotations
 
 import os
@@ -10,11 +11,13 @@ import tempfile
 import textwrap
 import time
 
+import pytest
 import torch.distributed as dist
 
 import labutils
 from labutils.ranks import _launch_folder
 from labutils.ranks._launch_folder import LOCK_NAME, LaunchFolder, sweep_abandoned
+from labutils.ranks.errors import LaunchError
 
 MAKER = textwrap.dedent("""
     import sys, time
@@ -86,3 +89,12 @@ def test_a_start_sweeps_what_a_killed_caller_and_its_ranks_left(tmp_path, monkey
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     assert labutils.launch(dist.get_rank, 2, backend="gloo") == [0, 1]
     assert os.listdir(tmp_path) == []  # the abandoned folder swept, this launch's own removed
+
+
+def test_a_temporary_directory_too_long_for_the_socket_is_named_and_nothing_starts(tmp_path, monkeypatch):
+    deep = tmp_path / ("d" * 100)
+    deep.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(deep))
+    with pytest.raises(LaunchError, match=r"no room for the ranks' socket .* Point TMPDIR at a folder"):
+        labutils.launch(dist.get_rank, 2, backend="gloo")
+    assert os.listdir(deep) == []

@@ -16,7 +16,13 @@ import stat
 import tempfile
 import time
 
+from labutils.ranks.errors import LaunchError
+
 PREFIX = "labutils-"
+#: The socket the ranks connect to, in the folder.
+SOCKET_NAME = "ranks.sock"
+#: Bytes a Unix socket's path may hold on Linux (``sun_path`` is 108 with its terminating NUL).
+LONGEST_SOCKET_PATH = 107
 #: The file whose lock the folder's maker holds while it lives.
 LOCK_NAME = "maker.lock"
 #: Seconds a folder must have existed before a sweep may take it for abandoned: its maker locks it
@@ -25,15 +31,20 @@ SWEEP_MIN_AGE_S = 60.0
 
 
 class LaunchFolder:
-    """A new ``labutils-*`` folder in the temporary directory, locked by this process until ``remove``."""
+    """A new ``labutils-*`` folder in the temporary directory, locked by this process until ``remove``.
+    Raises LaunchError, and makes nothing, where the temporary directory's path is too long for the
+    socket's."""
 
     def __init__(self):
+        _check_room_for_the_socket(tempfile.gettempdir())
         self.path = tempfile.mkdtemp(prefix=PREFIX)
+        self.socket_path = os.path.join(self.path, SOCKET_NAME)
         self._lock_fd = os.open(os.path.join(self.path, LOCK_NAME), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
 
-    def join(self, name: str) -> str:
-        return os.path.join(self.path, name)
+    def stack_file(self, rank: int) -> str:
+        """Where rank ``rank`` writes its stacks when asked (a hang)."""
+        return os.path.join(self.path, f"stack{rank}.txt")
 
     def remove(self) -> None:
         """Remove the folder and everything in it, then let go of its lock."""
@@ -41,6 +52,15 @@ class LaunchFolder:
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None
+
+
+def _check_room_for_the_socket(parent: str) -> None:
+    longest = os.path.join(parent, PREFIX + "x" * 8, SOCKET_NAME)  # mkdtemp adds 8 characters
+    if len(longest.encode()) > LONGEST_SOCKET_PATH:
+        raise LaunchError(
+            f"the temporary directory {parent} ({len(parent.encode())} bytes) leaves no room for the ranks' "
+            f"socket in it: a Unix socket's path holds at most {LONGEST_SOCKET_PATH} bytes. Point TMPDIR at a "
+            f"folder with a shorter path (e.g. /tmp) before the kernel or script starts.")
 
 
 def sweep_abandoned(parent: str | None = None, min_age_s: float = SWEEP_MIN_AGE_S) -> list[str]:

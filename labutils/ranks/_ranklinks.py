@@ -204,7 +204,7 @@ class RankLinks:
 
     def stacks(self, ranks: list[int]) -> dict[int, str]:
         """Ask stuck ranks for their Python stacks (faulthandler on SIGUSR1)."""
-        paths = {r: self.folder.join(f"stack{r}.txt") for r in ranks}
+        paths = {r: self.folder.stack_file(r) for r in ranks}
         offsets = {r: os.path.getsize(p) if os.path.exists(p) else 0 for r, p in paths.items()}
         self.starter.kill([self.ranks[r].pid for r in ranks], signal.SIGUSR1)
         deadline = time.monotonic() + STACK_DUMP_WAIT_S

@@ -148,7 +148,7 @@ class Pool:
         links.starter = _starters.get_starter()
         _launch_folder.sweep_abandoned()
         links.folder = _launch_folder.LaunchFolder()
-        listen_path = links.folder.join("ranks.sock")
+        listen_path = links.folder.socket_path
         links.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         links.listener.bind(listen_path)
         links.listener.listen(3 * self.world_size)
@@ -180,7 +180,7 @@ class Pool:
                 "listen_path": listen_path,
                 "token": token,
                 "num_threads": threads,
-                "stack_file": self._links.folder.join(f"stack{r}.txt"),
+                "stack_file": self._links.folder.stack_file(r),
                 "pg_timeout_s": max(1800.0, self.timeout + 60.0),
                 "environ": environ,
             }
