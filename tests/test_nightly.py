@@ -13,8 +13,10 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import shutil
 import sys
+import tempfile
 import xml.etree.ElementTree as ElementTree
 from functools import partial
 from pathlib import Path
@@ -116,6 +118,17 @@ def test_parameters_are_injected_and_the_kernel_is_this_interpreter(full_run):
     printed = "".join(output.get("text", "") for cell in executed.cells for output in cell.get("outputs", []))
     assert "QUICK=True WORLD_SIZE=2 BACKEND=gloo" in printed
     assert f"executable={sys.executable}" in printed
+
+
+def test_what_a_notebook_leaves_in_the_temporary_directory_goes_with_the_run(full_run):
+    import nbformat
+
+    _status, _root, out, _results = full_run
+    executed = nbformat.read(out / "notebooks" / "passing.ipynb", as_version=4)
+    printed = "".join(output.get("text", "") for cell in executed.cells for output in cell.get("outputs", []))
+    left = Path(re.search(r"left=(\S+)", printed).group(1))
+    assert left.parent != Path(tempfile.gettempdir()) and left.parent.name == "tmp", left  # the run's own
+    assert not left.exists() and not left.parent.exists()
 
 
 def test_interact_output_lands_in_the_cell(full_run):
@@ -494,3 +507,6 @@ def test_subprocess_env_puts_this_interpreter_and_the_temporary_kernelspec_first
     assert env["PATH"].split(os.pathsep)[0] == str(Path(sys.executable).parent)
     assert env["JUPYTER_PATH"].split(os.pathsep)[0] == "/tmp/spec"
     assert env["PYTHONPATH"].split(os.pathsep)[0] == processes.COURSE_ROOT  # `python -m grading.nightly.execute`
+    assert processes.subprocess_env(choice, "/tmp/run/tmp")["TMPDIR"] == "/tmp/run/tmp"
+    too_long = "/tmp/" + "x" * 80  # no room for the ranks' socket in it: TMPDIR stays as it is
+    assert processes.subprocess_env(choice, too_long).get("TMPDIR") == os.environ.get("TMPDIR")

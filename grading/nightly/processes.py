@@ -75,13 +75,19 @@ def _runs_this_interpreter(argv: list[str]) -> bool:
     return bool(argv) and (argv[0] in bare or os.path.abspath(argv[0]) == os.path.abspath(sys.executable))
 
 
-def subprocess_env(kernel: KernelChoice) -> dict:
+def subprocess_env(kernel: KernelChoice, temp_dir: str | None = None) -> dict:
     """This environment, with this interpreter's bin folder first on PATH (nbgrader runs ``alembic``),
     this package's course root first on PYTHONPATH (``python -m grading.nightly.execute`` finds it
     where the course is not pip-installed) and the temporary kernelspec folder first on
     JUPYTER_PATH when there is one. Launches check NCCL's rules (``LABUTILS_STRICT_COLLECTIVES=1``,
-    unless set otherwise)."""
+    unless set otherwise). ``temp_dir`` (a folder the run removes) becomes TMPDIR, so that what the
+    notebooks leave in the temporary directory (torchrun's log folders, profiler traces) goes with
+    it, unless its path is too long for the ranks' socket in it."""
+    from labutils.ranks._launch_folder import has_room_for_the_socket
+
     env = with_course_on_pythonpath(dict(os.environ), COURSE_ROOT)
+    if temp_dir is not None and has_room_for_the_socket(temp_dir):
+        env["TMPDIR"] = temp_dir
     env.setdefault("LABUTILS_STRICT_COLLECTIVES", "1")
     env["PATH"] = os.pathsep.join(filter(None, [str(Path(sys.executable).parent), env.get("PATH")]))
     if kernel.jupyter_path:

@@ -169,11 +169,14 @@ def run_nightly(names: list[str] = (), *, root: Path | str = ".", out_dir: Path 
         raise NightlyInputError(f"nothing to run: no notebook in {root / 'notebooks'} or {root / 'solutions'}/lab*/ "
                                 "(run from the course folder or pass --root)")
     stream = sys.stderr if progress_stream is None else progress_stream
-    with tempfile.TemporaryDirectory(prefix="course-nightly-") as scratch:
+    with tempfile.TemporaryDirectory(prefix="course-nightly-", ignore_cleanup_errors=True) as scratch:
         kernel_choice = resolve_kernel(kernel, Path(scratch))
         started, clock = datetime.now(), time.monotonic()
         out_dir = prepare_out_dir(None if out_dir is None else Path(out_dir), root, started)
-        settings = RunSettings(parameters, kernel_choice, timeout_s, cell_timeout_s, subprocess_env(kernel_choice))
+        temp_dir = Path(scratch) / "tmp"  # the notebooks' TMPDIR
+        temp_dir.mkdir()
+        settings = RunSettings(parameters, kernel_choice, timeout_s, cell_timeout_s,
+                               subprocess_env(kernel_choice, str(temp_dir)))
         stream.write(f"course nightly: {len(papermill_jobs(notebooks, labs))} notebook(s), {len(labs)} lab(s) to "
                      f"grade (each solution executed by its autograde), "
                      f"{' '.join(f'{k}={v}' for k, v in parameters.items())}, {jobs} at a time -> {out_dir}\n")

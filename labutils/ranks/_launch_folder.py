@@ -54,9 +54,14 @@ class LaunchFolder:
             self._lock_fd = None
 
 
-def _check_room_for_the_socket(parent: str) -> None:
+def has_room_for_the_socket(parent: str) -> bool:
+    """Whether a launch folder made in ``parent`` can hold the ranks' socket (its path short enough)."""
     longest = os.path.join(parent, PREFIX + "x" * 8, SOCKET_NAME)  # mkdtemp adds 8 characters
-    if len(longest.encode()) > LONGEST_SOCKET_PATH:
+    return len(longest.encode()) <= LONGEST_SOCKET_PATH
+
+
+def _check_room_for_the_socket(parent: str) -> None:
+    if not has_room_for_the_socket(parent):
         raise LaunchError(
             f"the temporary directory {parent} ({len(parent.encode())} bytes) leaves no room for the ranks' "
             f"socket in it: a Unix socket's path holds at most {LONGEST_SOCKET_PATH} bytes. Point TMPDIR at a "
