@@ -69,11 +69,12 @@ def test_world_size_must_agree_with_torchrun(monkeypatch, capsys):
     assert "WORLD_SIZE=2" in capsys.readouterr().err
 
 
-def test_runs_under_torchrun_and_rank_0_prints():
+def test_runs_under_torchrun_and_rank_0_prints(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
     env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
     result = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+         "--log-dir", str(tmp_path / "torchrun-logs"),  # else torchrun makes /tmp/torchelastic_* and leaves it
          "-m", "labutils", "bench", "all_reduce", "--backend", "gloo", "-b", "8", "-e", "64", "-f", "8", "-n", "2"],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=120,
     )

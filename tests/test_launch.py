@@ -545,6 +545,7 @@ def test_torchrun_two_nodes_on_localhost(tmp_path):
     torchrun = [sys.executable, "-m", "torch.distributed.run"]
     common = ["--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d",
               "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "labutils-test",
+              "--log-dir", str(tmp_path / "torchrun-logs"),  # else torchrun makes /tmp/torchelastic_* and leaves it
               "-m", "labutils", "run", "rankfns:rank_sum", "--args", "[3]", "--backend", "gloo"]
     env = dict(os.environ, PYTHONPATH=os.path.dirname(__file__) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     agents = [

@@ -45,6 +45,7 @@ def test_a_rank_killed_under_torchrun_resumes_from_the_checkpoint_with_the_same_
     job = {"folder": str(killed), "steps": STEPS, "every": EVERY, "kill_rank": KILL_RANK, "kill_step": KILL_STEP}
     done = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", "--max-restarts=1",
+         f"--log-dir={tmp_path / 'torchrun-logs'}",  # else torchrun makes /tmp/torchelastic_* and leaves it
          "-m", "labutils", "run", "labutils.kernels.resumable:train", "--kwargs", json.dumps(job),
          "--backend", "gloo", "--output", str(killed / "results.pt")],
         capture_output=True, text=True, timeout=300, cwd=tmp_path)
