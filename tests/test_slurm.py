@@ -42,7 +42,8 @@ def total(scale):
 
 def test_the_sbatch_script_runs_a_function_on_two_node_agents_and_gathers_their_results(slurm, tmp_path):
     (tmp_path / "ranks.py").write_text(RANK_FUNCTION)
-    env = dict(slurm.env, PYTHON=sys.executable, NPROC_PER_NODE="1", BACKEND="auto")
+    # TMPDIR: the job's, where each torchrun agent makes its log folder (torchelastic_*) and leaves it
+    env = dict(slurm.env, PYTHON=sys.executable, NPROC_PER_NODE="1", BACKEND="auto", TMPDIR=str(tmp_path))
     result = run(slurm, ["sbatch", "--wait", "--nodes=1", "--ntasks=2", "--ntasks-per-node=2", f"--chdir={tmp_path}",
                          f"--output={tmp_path}/job.out", str(SBATCH_SCRIPT), "ranks.py:total", "--args", "[3]",
                          "--output", "results.pt"], env=env)
