@@ -98,3 +98,20 @@ def test_a_temporary_directory_too_long_for_the_socket_is_named_and_nothing_star
     with pytest.raises(LaunchError, match=r"no room for the ranks' socket .* Point TMPDIR at a folder"):
         labutils.launch(dist.get_rank, 2, backend="gloo")
     assert os.listdir(deep) == []
+
+
+def test_on_a_file_system_without_locks_the_folder_has_no_lock_file_and_is_never_swept(tmp_path, monkeypatch):
+    import errno
+    import fcntl
+
+    def no_locks(fd, operation):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(fcntl, "flock", no_locks)
+    folder = LaunchFolder()
+    assert os.listdir(folder.path) == []
+    monkeypatch.undo()
+    assert sweep_abandoned(str(tmp_path), min_age_s=0) == [] and os.path.isdir(folder.path)
+    folder.remove()
+    assert not os.path.exists(folder.path)

@@ -6,6 +6,7 @@ Its maker removes it when the ranks stop, and ranks whose maker has gone remove 
 container stopped, the out-of-memory killer), nobody is left to: so the maker holds a lock on a file
 in it for as long as it lives (``flock``, which the kernel releases when the process dies, in any
 PID or network namespace), and every start sweeps the folders of its user whose lock nobody holds.
+On a file system without locks the folder gets no lock file, and no sweep ever removes it.
 """
 from __future__ import annotations
 
@@ -39,8 +40,7 @@ class LaunchFolder:
         _check_room_for_the_socket(tempfile.gettempdir())
         self.path = tempfile.mkdtemp(prefix=PREFIX)
         self.socket_path = os.path.join(self.path, SOCKET_NAME)
-        self._lock_fd = os.open(os.path.join(self.path, LOCK_NAME), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
+        self._lock_fd = _hold_lock(os.path.join(self.path, LOCK_NAME))
 
     def stack_file(self, rank: int) -> str:
         """Where rank ``rank`` writes its stacks when asked (a hang)."""
@@ -52,6 +52,19 @@ class LaunchFolder:
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None
+
+
+def _hold_lock(path: str) -> int | None:
+    """The descriptor of ``path``, made and locked; None, and no file, on a file system without locks
+    (some network mounts): a sweep then leaves the folder alone rather than take it for abandoned."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        return fd
+    except OSError:
+        os.close(fd)
+        os.unlink(path)
+        return None
 
 
 def has_room_for_the_socket(parent: str) -> bool:
