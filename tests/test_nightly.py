@@ -120,15 +120,20 @@ def test_parameters_are_injected_and_the_kernel_is_this_interpreter(full_run):
     assert f"executable={sys.executable}" in printed
 
 
-def test_what_a_notebook_leaves_in_the_temporary_directory_goes_with_the_run(full_run):
+def test_what_a_notebook_leaves_in_the_temporary_directory_is_named_and_goes_with_the_run(full_run):
     import nbformat
 
-    _status, _root, out, _results = full_run
+    _status, _root, out, results = full_run
     executed = nbformat.read(out / "notebooks" / "passing.ipynb", as_version=4)
     printed = "".join(output.get("text", "") for cell in executed.cells for output in cell.get("outputs", []))
     left = Path(re.search(r"left=(\S+)", printed).group(1))
-    assert left.parent != Path(tempfile.gettempdir()) and left.parent.name == "tmp", left  # the run's own
-    assert not left.exists() and not left.parent.exists()
+    # the notebook's own folder, inside the run's
+    assert left.parent.name.startswith("passing-") and left.parent.parent.name == "tmp", left
+    assert left.parent.parent.parent != Path(tempfile.gettempdir())
+    assert not left.exists() and not left.parent.parent.exists()
+    assert results["notebooks/passing.ipynb"]["notes"] == [
+        f"left in its temporary directory afterwards (removed): {left.name}/"]
+    assert results["notebooks/failing.ipynb"]["notes"] == []
 
 
 def test_interact_output_lands_in_the_cell(full_run):

@@ -7,8 +7,11 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
+import shutil
 import sys
+import tempfile
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -62,14 +65,60 @@ def execute_notebook(job: NotebookJob, out_dir: Path, settings: RunSettings,
             "kernel": settings.kernel.name, "cwd": str(job.path.parent),
             "cell_timeout_s": math.ceil(settings.cell_timeout_s)}
     command = [sys.executable, "-m", "grading.nightly.execute", json.dumps(spec)]
-    outcome = run_watched(command, job.path.parent, log, settings.timeout_s, env=settings.env, stop=stop)
+    env, temp_dir = _own_temporary_directory(settings.env, job)
+    try:
+        outcome = run_watched(command, job.path.parent, log, settings.timeout_s, env=env, stop=stop)
+        left_files = _left_in(temp_dir) if temp_dir else []
+    finally:
+        if temp_dir:
+            shutil.rmtree(temp_dir, ignore_errors=True)
     result = Result(job.name, job.group, PASSED, outcome.duration_s, log=str(log.relative_to(out_dir)),
                     executed=str(job.output) if executed.is_file() else None)
     if outcome.left_behind:
         result.notes.append(f"{outcome.left_behind} process(es) it started were still running afterwards: killed")
+    if left_files:
+        result.notes.append(f"left in its temporary directory afterwards (removed): {', '.join(left_files)}")
     if outcome.returncode != 0:
         _describe_failure(result, outcome, executed, log, settings)
     return result
+
+
+#: Names of what a notebook left in its temporary directory that a report lists (then "and N more").
+LISTED_LEFTOVERS = 5
+#: PyTorch's compiler cache (``torch._inductor``'s default cache dir, ``torchinductor_<user>``), made by
+#: every import of ``torch._dynamo`` (an optimizer's first step makes one): one per user, reused by
+#: every later run, so it never piles up and is not counted as left behind.
+TORCH_CACHE_PREFIX = "torchinductor_"
+
+
+def _own_temporary_directory(env: dict, job: NotebookJob) -> tuple[dict, str | None]:
+    """(env, folder): ``env`` with TMPDIR a new folder of this notebook's inside the run's TMPDIR, so
+    what the notebook leaves there is seen (``_left_in``); (env, None) where the run has no TMPDIR
+    of its own (its path too long for the ranks' socket: ``subprocess_env``), or this folder's path would be."""
+    from labutils.ranks._launch_folder import has_room_for_the_socket
+
+    run_temp = env.get("TMPDIR")
+    if not run_temp or not os.path.isdir(run_temp):
+        return env, None
+    folder = tempfile.mkdtemp(prefix=f"{job.output.stem[:16]}-", dir=run_temp)
+    if not has_room_for_the_socket(folder):
+        os.rmdir(folder)
+        return env, None
+    return {**env, "TMPDIR": folder}, folder
+
+
+def _left_in(folder: str) -> list[str]:
+    """What is in ``folder`` but PyTorch's compiler cache (sorted; a folder's name ends with /), at most
+    ``LISTED_LEFTOVERS`` names."""
+    try:
+        entries = sorted((entry for entry in os.scandir(folder) if not entry.name.startswith(TORCH_CACHE_PREFIX)),
+                         key=lambda entry: entry.name)
+    except OSError:
+        return []
+    names = [entry.name + ("/" if entry.is_dir(follow_symlinks=False) else "") for entry in entries]
+    if len(names) > LISTED_LEFTOVERS:
+        names = names[:LISTED_LEFTOVERS] + [f"and {len(names) - LISTED_LEFTOVERS} more"]
+    return names
 
 
 def _papermill_subprocess(spec: dict) -> None:

@@ -173,7 +173,7 @@ def run_nightly(names: list[str] = (), *, root: Path | str = ".", out_dir: Path 
         kernel_choice = resolve_kernel(kernel, Path(scratch))
         started, clock = datetime.now(), time.monotonic()
         out_dir = prepare_out_dir(None if out_dir is None else Path(out_dir), root, started)
-        temp_dir = Path(scratch) / "tmp"  # the notebooks' TMPDIR
+        temp_dir = Path(scratch) / "tmp"  # the run's TMPDIR; each notebook gets a folder in it (execute_notebook)
         temp_dir.mkdir()
         settings = RunSettings(parameters, kernel_choice, timeout_s, cell_timeout_s,
                                subprocess_env(kernel_choice, str(temp_dir)))
