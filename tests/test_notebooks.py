@@ -1,6 +1,6 @@
 """Every chapter executes headless in QUICK mode without an error, through the nightly runner.
 
-The chapters run once per session, two at a time, exactly as `labutils nightly` runs them
+The chapters run once per session, two at a time, exactly as `course nightly` runs them
 (each in its own kernel, QUICK / WORLD_SIZE / BACKEND injected); each chapter is then a
 test of its own row in the report.
 """
@@ -45,3 +45,5 @@ def test_chapter_runs_headless_in_quick_mode(path, nightly_rows):
     assert row is not None, f"{path.stem} is missing from the nightly report: {sorted(nightly_rows)}"
     assert row.ok, (f"{path.name}: {row.status} at cell {row.cell} (In [{row.execution_count}]): "
                     f"{row.error}\n{row.excerpt}")
+    # no process outlives it and nothing stays in its temporary directory (a student runs it again and again)
+    assert row.notes == [], f"{path.name}: {row.notes}"
