@@ -138,16 +138,16 @@ def _check_gpus_per_worker(backend: str, workers: int) -> None:
 
 
 def main(args) -> int:
+    if args.slurm or args.shards or args.sbatch_option:
+        from grading.slurm.grade import grade_on_slurm
+
+        return grade_on_slurm(args)
+    course_root = _check_options(args)  # before nbgrader's imports (a second): a usage error is said at once
     from grading.autograder.memory_cgroup import CgroupUnavailable
     from grading.autograder.nbgrader_cli import NbgraderFailed
     from grading.autograder.report import summary_lines, write_report
     from grading.autograder.runner import GradeOptions, grade_class
 
-    if args.slurm or args.shards or args.sbatch_option:
-        from grading.slurm.grade import grade_on_slurm
-
-        return grade_on_slurm(args)
-    course_root = _check_options(args)
     course_dir = args.course_dir or os.path.join(course_root, "build", "grading")
     options = GradeOptions(args.lab, args.submissions, course_dir, workers=args.workers,
                            cell_timeout_s=args.cell_timeout, rank_timeout_s=args.rank_timeout,

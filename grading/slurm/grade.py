@@ -18,7 +18,7 @@ import os
 import sys
 import time
 
-from grading.slurm import jobs, merge, shards
+from grading.slurm import jobs, shards
 from labutils.command.usage import UsageError
 
 #: ``course grade`` options that name what the tasks get from the shards, not passed on as given.
@@ -91,9 +91,6 @@ def _append_to_reports(markdown_path: str, json_path: str, lines: list, first: d
 def _class(args) -> tuple:
     """(course root, course folder, {student: folder}, students without the notebook); UsageError
     for a bad option, lab or submissions folder."""
-    from grading.autograder.runner import find_submissions, lab_notebooks
-    from grading.paths import course_root_of
-
     if not args.slurm:
         raise UsageError("--shards and --sbatch-option go with --slurm PARTITION")
     if args.shards is not None and args.shards < 1:
@@ -102,6 +99,9 @@ def _class(args) -> tuple:
         if not getattr(args, name) > 0:
             raise UsageError(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
     jobs.require_slurm()
+    from grading.autograder.runner import find_submissions, lab_notebooks  # nbgrader's imports: after the checks
+    from grading.paths import course_root_of
+
     try:
         course_root = course_root_of(args.grading_dir)
         notebooks = lab_notebooks(args.lab, course_root)
@@ -115,6 +115,7 @@ def _class(args) -> tuple:
 def _merge(args, course_root: str, course_dir: str, work: str, groups: list, last: dict):
     """The shards that graded merged into ``course_dir``; their outcomes and the lab's maximum score."""
     from grading.autograder.runner import GradeOptions, prepare_course
+    from grading.slurm import merge
 
     prepare_course(GradeOptions(args.lab, args.submissions, course_dir, cell_timeout_s=args.cell_timeout,
                                 course_root=course_root), {})
@@ -133,10 +134,11 @@ def _merge(args, course_root: str, course_dir: str, work: str, groups: list, las
 
 def grade_on_slurm(args) -> int:
     """``course grade ... --slurm PARTITION``: the exit status (1 when a task failed twice)."""
-    from grading.autograder.report import summary_lines, write_report
-
     started = time.monotonic()
     course_root, course_dir, submissions, without = _class(args)
+    from grading.autograder.report import summary_lines, write_report  # after the checks: they are said at once
+    from grading.slurm import merge
+
     work = os.path.join(course_dir, "slurm", args.lab)
     groups = shards.split_students(list(submissions), args.shards or 2)
     shards.copy_shards(args.submissions, groups, work)
