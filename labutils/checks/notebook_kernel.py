@@ -24,10 +24,11 @@ import weakref
 
 from jupyter_client.manager import AsyncKernelManager
 
-#: Longest folder path that leaves room for the socket names in it: a Unix socket's path holds
-#: at most 107 bytes on Linux (``sun_path`` is 108 with its terminating NUL), and the longest name
-#: here is ``kernel-*/kernel-ipc-5`` (29 bytes) after the temporary directory.
-_LONGEST_BASE = 107 - 29
+from labutils.ranks._launch_folder import LONGEST_SOCKET_PATH
+
+#: Longest folder path that leaves room for the socket names in it: the longest name here is
+#: ``/kernel-*/kernel-ipc-5`` (29 bytes) after the temporary directory.
+_LONGEST_BASE = LONGEST_SOCKET_PATH - 29
 
 
 def _socket_base() -> str:
