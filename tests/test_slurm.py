@@ -42,8 +42,9 @@ def total(scale):
 
 def test_the_sbatch_script_runs_a_function_on_two_node_agents_and_gathers_their_results(slurm, tmp_path):
     (tmp_path / "ranks.py").write_text(RANK_FUNCTION)
-    # TMPDIR: the job's, where each torchrun agent makes its log folder (torchelastic_*) and leaves it
-    env = dict(slurm.env, PYTHON=sys.executable, NPROC_PER_NODE="1", BACKEND="auto", TMPDIR=str(tmp_path))
+    job_tmp = tmp_path / "tmp"  # the job's TMPDIR: torchrun's agents must leave nothing there
+    job_tmp.mkdir()
+    env = dict(slurm.env, PYTHON=sys.executable, NPROC_PER_NODE="1", BACKEND="auto", TMPDIR=str(job_tmp))
     result = run(slurm, ["sbatch", "--wait", "--nodes=1", "--ntasks=2", "--ntasks-per-node=2", f"--chdir={tmp_path}",
                          f"--output={tmp_path}/job.out", str(SBATCH_SCRIPT), "ranks.py:total", "--args", "[3]",
                          "--output", "results.pt"], env=env)
@@ -53,6 +54,7 @@ def test_the_sbatch_script_runs_a_function_on_two_node_agents_and_gathers_their_
     results = torch.load(tmp_path / "results.pt")
     assert [r[:4] for r in results] == [(0, 2, "gloo", 3), (1, 2, "gloo", 3)]
     assert sorted(r[4] for r in results) == ["0", "1"]  # one rank from each Slurm task
+    assert [p.name for p in job_tmp.iterdir() if not p.name.startswith("torchinductor_")] == []
 
 
 def test_the_sbatch_script_says_what_it_needs(slurm, tmp_path):
